@@ -25,7 +25,8 @@ const (
 
 // Value is one column of a decoded tuple. Data is owned by the Value: the
 // decoder copies it out of the replication read buffer, which pgproto3 reuses
-// on the next receive.
+// on the next receive. Data is nil for KindNull and KindUnchangedToast and
+// non-nil (possibly empty) for KindText and KindBinary.
 type Value struct {
 	Kind ValueKind
 	Data []byte
@@ -95,9 +96,11 @@ type Insert struct {
 // Transactional messages carry the enclosing transaction's identity; others
 // have XID 0 and a zero CommitLSN.
 type Message struct {
-	XID           uint32
-	CommitLSN     pglogrepl.LSN
-	CommitTime    time.Time
+	XID        uint32
+	CommitLSN  pglogrepl.LSN
+	CommitTime time.Time
+	// LSN is the message's own WAL position as pgoutput reports it inside
+	// the message (the same position the XLogData's WAL start carries).
 	LSN           pglogrepl.LSN
 	Transactional bool
 	Prefix        string

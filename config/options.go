@@ -1,0 +1,543 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file declares every option exactly once: its flag, environment
+// variable, YAML key, help text, how a string becomes the field's value and
+// how the field is checked. Load (flags, environment, file), Usage and
+// Validate are all driven by the options table below; adding an option means
+// adding a field to Config, a default to Defaults and one entry here.
+
+type group int
+
+const (
+	groupPostgres group = iota
+	groupKafka
+	groupRouting
+	groupOperations
+)
+
+var groupNames = [...]string{
+	groupPostgres:   "Postgres",
+	groupKafka:      "Kafka",
+	groupRouting:    "Routing",
+	groupOperations: "Operations",
+}
+
+// value converts between an option's text form and its Config field.
+type value struct {
+	arg    string // placeholder in Usage, e.g. DURATION
+	expect string // what a parsable value looks like, for error messages
+	// list values accept a YAML sequence as well as a comma-separated
+	// string, and a repeated flag adds to the list.
+	list bool
+	// set parses s into the field; it fails with an error whose text is
+	// expect. nil for --config, which Load handles itself.
+	set func(c *Config, s string) error
+	// get formats the field, for defaults in Usage and values in errors.
+	get func(c *Config) string
+}
+
+type option struct {
+	flag  string // without dashes
+	env   string
+	yaml  string // dotted path into the file; "" when it cannot be set there
+	group group
+	help  string // one line, no trailing period
+	value value
+	// check reports the field's problems (a *checkErr, or several joined);
+	// it sees the whole Config so that combinations are checked where the
+	// dependent option is declared.
+	check func(c *Config) error
+	// redact hides secrets in a value before it is shown in an error.
+	redact func(string) string
+}
+
+// configOption is --config: it says where the file is, so it is read before
+// everything else and has no Config field and no YAML key.
+var configOption = &option{
+	flag: "config", env: "WALBOX_CONFIG", group: groupOperations,
+	help:  "YAML file with settings; flags and environment variables override its values",
+	value: value{arg: "FILE", get: func(*Config) string { return "" }},
+}
+
+var options = []*option{
+	// Postgres.
+	{
+		flag: "pg-dsn", env: "WALBOX_PG_DSN", yaml: "pg_dsn", group: groupPostgres,
+		help:   "Postgres connection string, a libpq URL or key=value DSN, for a role with REPLICATION",
+		value:  stringValue("DSN", func(c *Config) *string { return &c.PGDSN }),
+		check:  func(c *Config) error { return checkDSN(c.PGDSN) },
+		redact: func(s string) string { r, _ := redactDSN(s); return r },
+	},
+	{
+		flag: "table", env: "WALBOX_TABLE", yaml: "table", group: groupPostgres,
+		help:  "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog",
+		value: stringValue("NAME", func(c *Config) *string { return &c.Table }),
+		check: func(c *Config) error { return checkTable(c.Table) },
+	},
+	{
+		flag: "publication", env: "WALBOX_PUBLICATION", yaml: "publication", group: groupPostgres,
+		help:  "Publication that pgoutput streams; it must include the outbox table",
+		value: stringValue("NAME", func(c *Config) *string { return &c.Publication }),
+		check: func(c *Config) error { return checkIdent(c.Publication, "publication name") },
+	},
+	{
+		flag: "slot", env: "WALBOX_SLOT", yaml: "slot", group: groupPostgres,
+		help:  "Logical replication slot holding walbox's position; lower-case letters, digits and _",
+		value: stringValue("NAME", func(c *Config) *string { return &c.Slot }),
+		check: func(c *Config) error { return checkSlot(c.Slot) },
+	},
+	{
+		flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", yaml: "status_interval", group: groupPostgres,
+		help:  "How often the confirmed position is reported to Postgres; keep it well below wal_sender_timeout",
+		value: durationValue(func(c *Config) *time.Duration { return &c.StatusInterval }),
+		check: func(c *Config) error { return checkPositive(c.StatusInterval) },
+	},
+
+	// Kafka.
+	{
+		flag: "kafka-brokers", env: "WALBOX_KAFKA_BROKERS", yaml: "kafka_brokers", group: groupKafka,
+		help:  "Seed brokers as host:port, comma-separated (in YAML also a list)",
+		value: listValue("LIST", func(c *Config) *[]string { return &c.KafkaBrokers }),
+		check: func(c *Config) error { return checkBrokers(c.KafkaBrokers) },
+	},
+	{
+		flag: "kafka-client-id", env: "WALBOX_KAFKA_CLIENT_ID", yaml: "kafka_client_id", group: groupKafka,
+		help:  "Kafka client id, shown in broker logs and used for quotas",
+		value: stringValue("NAME", func(c *Config) *string { return &c.ClientID }),
+		check: func(c *Config) error { return checkClientID(c.ClientID) },
+	},
+	{
+		flag: "producer-linger", env: "WALBOX_PRODUCER_LINGER", yaml: "producer_linger", group: groupKafka,
+		help:  "How long a partition's batch waits for more records; 0 sends at once",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ProducerLinger }),
+		check: func(c *Config) error { return checkLinger(c.ProducerLinger) },
+	},
+	{
+		flag: "producer-batch-max-bytes", env: "WALBOX_PRODUCER_BATCH_MAX_BYTES", yaml: "producer_batch_max_bytes", group: groupKafka,
+		help:  "Largest record batch before compression; keep it at most the topics' max.message.bytes",
+		value: sizeIntValue(func(c *Config) *int { return &c.ProducerBatchMaxBytes }),
+		check: func(c *Config) error { return checkBatchMaxBytes(c.ProducerBatchMaxBytes) },
+	},
+	{
+		flag: "max-inflight-records", env: "WALBOX_MAX_INFLIGHT_RECORDS", yaml: "max_inflight_records", group: groupKafka,
+		help:  "Records produced but not yet acknowledged before reading from Postgres pauses",
+		value: intValue(func(c *Config) *int { return &c.MaxInflightRecords }),
+		check: func(c *Config) error { return checkPositiveInt(c.MaxInflightRecords) },
+	},
+	{
+		flag: "max-inflight-bytes", env: "WALBOX_MAX_INFLIGHT_BYTES", yaml: "max_inflight_bytes", group: groupKafka,
+		help:  "Bytes of those records before reading pauses; at least --producer-batch-max-bytes",
+		value: sizeValue(func(c *Config) *int64 { return &c.MaxInflightBytes }),
+		check: func(c *Config) error { return checkInflightBytes(c.MaxInflightBytes, c.ProducerBatchMaxBytes) },
+	},
+
+	// Routing.
+	{
+		flag: "topic", env: "WALBOX_TOPIC", yaml: "topic", group: groupRouting,
+		help:  "Destination topic; {column} placeholders are replaced by the row's values",
+		value: stringValue("TEMPLATE", func(c *Config) *string { return &c.Topic }),
+		check: func(c *Config) error { return checkTopicTemplate(c.Topic) },
+	},
+	columnOption("id", "ID", "Column with the event id, used to drop duplicates", func(c *Config) *string { return &c.Columns.ID }),
+	columnOption("aggregate-type", "AGGREGATE_TYPE", "Column with the aggregate type", func(c *Config) *string { return &c.Columns.AggregateType }),
+	columnOption("aggregate-id", "AGGREGATE_ID", "Column with the aggregate id, used as the record key", func(c *Config) *string { return &c.Columns.AggregateID }),
+	columnOption("event-type", "EVENT_TYPE", "Column with the event type", func(c *Config) *string { return &c.Columns.EventType }),
+	columnOption("payload", "PAYLOAD", "Column with the payload, used as the record value", func(c *Config) *string { return &c.Columns.Payload }),
+	columnOption("headers", "HEADERS", "Column with a JSON object of record headers", func(c *Config) *string { return &c.Columns.Headers }),
+	{
+		flag: "column-topic", env: "WALBOX_COLUMN_TOPIC", yaml: "columns.topic", group: groupRouting,
+		help:  "Column with each row's topic, used instead of --topic; empty means unset",
+		value: stringValue("NAME", func(c *Config) *string { return &c.Columns.Topic }),
+		check: func(c *Config) error {
+			if c.Columns.Topic == "" {
+				return nil
+			}
+			return checkIdent(c.Columns.Topic, "column name")
+		},
+	},
+	{
+		flag: "invalid-rows", env: "WALBOX_INVALID_ROWS", yaml: "invalid_rows", group: groupRouting,
+		help:  "What to do with a row that cannot be routed: fail (stop before confirming it) or dead-letter",
+		value: enumValue("MODE", func(c *Config) *string { return &c.InvalidRows }, invalidRowsModes...),
+		check: func(c *Config) error { return checkEnum(c.InvalidRows, invalidRowsModes...) },
+	},
+	{
+		flag: "dead-letter-topic", env: "WALBOX_DEAD_LETTER_TOPIC", yaml: "dead_letter_topic", group: groupRouting,
+		help:  "Topic that receives invalid rows; required with --invalid-rows=dead-letter",
+		value: stringValue("NAME", func(c *Config) *string { return &c.DeadLetterTopic }),
+		check: func(c *Config) error { return checkDeadLetterTopic(c.DeadLetterTopic, c.InvalidRows) },
+	},
+	{
+		flag: "dedup-window", env: "WALBOX_DEDUP_WINDOW", yaml: "dedup_window", group: groupRouting,
+		help:  "How many recent event ids are remembered to drop duplicates; 0 disables",
+		value: intValue(func(c *Config) *int { return &c.DedupWindow }),
+		check: func(c *Config) error { return checkNonNegativeInt(c.DedupWindow) },
+	},
+
+	// Operations.
+	configOption,
+	{
+		flag: "metrics-addr", env: "WALBOX_METRICS_ADDR", yaml: "metrics_addr", group: groupOperations,
+		help:  "Listen address of the Prometheus /metrics endpoint; empty disables it",
+		value: stringValue("ADDR", func(c *Config) *string { return &c.MetricsAddr }),
+		check: func(c *Config) error { return checkMetricsAddr(c.MetricsAddr) },
+	},
+	{
+		flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", yaml: "shutdown_timeout", group: groupOperations,
+		help:  "How long shutdown waits for in-flight records to be acknowledged",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+		check: func(c *Config) error { return checkPositive(c.ShutdownTimeout) },
+	},
+	{
+		flag: "reconnect-backoff-min", env: "WALBOX_RECONNECT_BACKOFF_MIN", yaml: "reconnect_backoff_min", group: groupOperations,
+		help:  "First wait before reconnecting after a lost connection",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
+		check: func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },
+	},
+	{
+		flag: "reconnect-backoff-max", env: "WALBOX_RECONNECT_BACKOFF_MAX", yaml: "reconnect_backoff_max", group: groupOperations,
+		help:  "Longest wait between reconnection attempts (the wait doubles up to it)",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMax }),
+		check: func(c *Config) error { return checkBackoffMax(c.ReconnectBackoffMax, c.ReconnectBackoffMin) },
+	},
+	{
+		flag: "log-level", env: "WALBOX_LOG_LEVEL", yaml: "log_level", group: groupOperations,
+		help:  "Least severe level logged: debug, info, warn or error",
+		value: enumValue("LEVEL", func(c *Config) *string { return &c.LogLevel }, logLevels...),
+		check: func(c *Config) error { return checkEnum(c.LogLevel, logLevels...) },
+	},
+	{
+		flag: "log-format", env: "WALBOX_LOG_FORMAT", yaml: "log_format", group: groupOperations,
+		help:  "Log format: json or text",
+		value: enumValue("FORMAT", func(c *Config) *string { return &c.LogFormat }, logFormats...),
+		check: func(c *Config) error { return checkEnum(c.LogFormat, logFormats...) },
+	},
+}
+
+// Accepted values of the enumerated options.
+var (
+	invalidRowsModes = []string{InvalidRowsFail, InvalidRowsDeadLetter}
+	logLevels        = []string{"debug", "info", "warn", "error"}
+	logFormats       = []string{"json", "text"}
+)
+
+// columnOption declares one of the required outbox column options; flag,
+// environment variable and YAML key follow one pattern (column-id,
+// WALBOX_COLUMN_ID, columns.id).
+func columnOption(flag, env, help string, field func(*Config) *string) *option {
+	return &option{
+		flag: "column-" + flag, env: "WALBOX_COLUMN_" + env,
+		yaml: "columns." + strings.ReplaceAll(flag, "-", "_"), group: groupRouting,
+		help:  help,
+		value: stringValue("NAME", field),
+		check: func(c *Config) error {
+			if *field(c) == "" {
+				return missingf("expected the name of a column of the outbox table")
+			}
+			return checkIdent(*field(c), "column name")
+		},
+	}
+}
+
+// checkErr is what an option's check returns; errorFor turns it into an
+// *OptionError carrying the option's names.
+type checkErr struct {
+	missing bool
+	value   *string // when set, the offending part of the value (one broker of a list)
+	reason  string
+}
+
+func (e *checkErr) Error() string { return e.reason }
+
+func missingf(format string, args ...any) error {
+	return &checkErr{missing: true, reason: fmt.Sprintf(format, args...)}
+}
+
+func badf(format string, args ...any) error {
+	return &checkErr{reason: fmt.Sprintf(format, args...)}
+}
+
+func badValuef(v, format string, args ...any) error {
+	return &checkErr{value: &v, reason: fmt.Sprintf(format, args...)}
+}
+
+// errorFor builds the *OptionError for value v of o; err is a *checkErr or
+// a parse error whose text is the reason.
+func (o *option) errorFor(v string, err error, where string) *OptionError {
+	oe := &OptionError{Flag: o.flag, Env: o.env, Value: v, Reason: err.Error(), Where: where}
+	var ce *checkErr
+	if errors.As(err, &ce) {
+		oe.Missing = ce.missing
+		if ce.value != nil {
+			oe.Value = *ce.value
+		}
+	}
+	if oe.Missing {
+		oe.Value = ""
+	}
+	if o.redact != nil {
+		oe.Value = o.redact(oe.Value)
+	}
+	return oe
+}
+
+// splitJoined undoes errors.Join, so that a check can report several
+// problems (two bad brokers) as separate *OptionErrors.
+func splitJoined(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// Value kinds.
+
+func stringValue(arg string, field func(*Config) *string) value {
+	return value{
+		arg:    arg,
+		expect: "expected a string",
+		set:    func(c *Config, s string) error { *field(c) = strings.TrimSpace(s); return nil },
+		get:    func(c *Config) string { return *field(c) },
+	}
+}
+
+// enumValue is one of allowed, compared case-insensitively: it is stored
+// in lower case, and the option's check (checkEnum) rejects other values.
+func enumValue(arg string, field func(*Config) *string, allowed ...string) value {
+	return value{
+		arg:    arg,
+		expect: "expected one of " + strings.Join(allowed, ", "),
+		set: func(c *Config, s string) error {
+			*field(c) = strings.ToLower(strings.TrimSpace(s))
+			return nil
+		},
+		get: func(c *Config) string { return *field(c) },
+	}
+}
+
+const expectDuration = "expected a Go duration such as 1s or 500ms"
+
+func durationValue(field func(*Config) *time.Duration) value {
+	return value{
+		arg:    "DURATION",
+		expect: expectDuration,
+		set: func(c *Config, s string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				return errors.New(expectDuration)
+			}
+			*field(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return field(c).String() },
+	}
+}
+
+const expectInt = "expected a whole number such as 10000"
+
+func intValue(field func(*Config) *int) value {
+	return value{
+		arg:    "N",
+		expect: expectInt,
+		set: func(c *Config, s string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return errors.New(expectInt)
+			}
+			*field(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+	}
+}
+
+const expectSize = "expected a size in bytes such as 1048576, 64MiB or 1MB (units B, KB, MB, GB, KiB, MiB, GiB)"
+
+func sizeValue(field func(*Config) *int64) value {
+	return value{
+		arg:    "SIZE",
+		expect: expectSize,
+		set: func(c *Config, s string) error {
+			n, err := parseSize(s)
+			if err != nil {
+				return errors.New(expectSize)
+			}
+			*field(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return formatSize(*field(c)) },
+	}
+}
+
+func sizeIntValue(field func(*Config) *int) value {
+	return value{
+		arg:    "SIZE",
+		expect: expectSize,
+		set: func(c *Config, s string) error {
+			n, err := parseSize(s)
+			if err != nil || int64(int(n)) != n {
+				return errors.New(expectSize)
+			}
+			*field(c) = int(n)
+			return nil
+		},
+		get: func(c *Config) string { return formatSize(int64(*field(c))) },
+	}
+}
+
+func listValue(arg string, field func(*Config) *[]string) value {
+	return value{
+		arg:    arg,
+		expect: "expected a comma-separated string or, in YAML, a list",
+		list:   true,
+		set:    func(c *Config, s string) error { *field(c) = splitList(s); return nil },
+		get:    func(c *Config) string { return strings.Join(*field(c), ",") },
+	}
+}
+
+// Checks. Each returns nil, a *checkErr, or several joined.
+
+var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+func checkSlot(s string) error {
+	if s == "" {
+		return missingf("expected a replication slot name of 1 to 63 lower-case letters, digits or underscores")
+	}
+	if !slotRE.MatchString(s) {
+		return badf("expected 1 to 63 lower-case letters, digits or underscores (Postgres rejects other slot names)")
+	}
+	return nil
+}
+
+func checkPositive(d time.Duration) error {
+	if d <= 0 {
+		return badf("expected a duration greater than 0, such as 1s or 500ms")
+	}
+	return nil
+}
+
+func checkPositiveInt(n int) error {
+	if n <= 0 {
+		return badf("expected a whole number greater than 0")
+	}
+	return nil
+}
+
+func checkNonNegativeInt(n int) error {
+	if n < 0 {
+		return badf("expected a whole number, 0 or more (0 disables)")
+	}
+	return nil
+}
+
+func checkEnum(s string, allowed ...string) error {
+	for _, a := range allowed {
+		if s == a {
+			return nil
+		}
+	}
+	return badf("expected one of %s", strings.Join(allowed, ", "))
+}
+
+func checkBrokers(brokers []string) error {
+	if len(brokers) == 0 {
+		return missingf("expected a comma-separated list of host:port such as localhost:9092")
+	}
+	var errs []error
+	for _, b := range brokers {
+		if why := hostPortProblem(b, true); why != "" {
+			errs = append(errs, badValuef(b, "expected host:port such as localhost:9092 (%s)", why))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkMetricsAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if why := hostPortProblem(addr, false); why != "" {
+		return badf("expected host:port such as 127.0.0.1:9187 or :9187, or empty to disable (%s)", why)
+	}
+	return nil
+}
+
+// franz-go's limits, checked here so that the user hears about them before
+// the client is built.
+const (
+	maxClientIDLen = 256
+	minBatchBytes  = 512
+	maxBatchBytes  = 1 << 30
+	maxLinger      = time.Minute
+)
+
+func checkClientID(id string) error {
+	if id == "" {
+		return missingf("expected a client id such as walbox")
+	}
+	if len(id) > maxClientIDLen {
+		return badf("expected at most %d bytes (franz-go's limit)", maxClientIDLen)
+	}
+	return nil
+}
+
+func checkLinger(d time.Duration) error {
+	if d < 0 || d > maxLinger {
+		return badf("expected a duration from 0 to %s such as 5ms (franz-go's limit)", maxLinger)
+	}
+	return nil
+}
+
+func checkBatchMaxBytes(n int) error {
+	if n < minBatchBytes || n > maxBatchBytes {
+		return badf("expected a size from %d bytes to 1GiB (franz-go's limits)", minBatchBytes)
+	}
+	return nil
+}
+
+func checkInflightBytes(n int64, batch int) error {
+	if n <= 0 {
+		return badf("expected a size greater than 0 such as 64MiB")
+	}
+	// franz-go fails at once a record larger than its buffer limit, so a
+	// buffer smaller than a batch would reject records Kafka accepts.
+	if n < int64(batch) {
+		return badf("expected at least --producer-batch-max-bytes (%s), or a record that fits a batch could never be buffered", formatSize(int64(batch)))
+	}
+	return nil
+}
+
+func checkBackoffMax(maxWait, minWait time.Duration) error {
+	if maxWait <= 0 {
+		return badf("expected a duration greater than 0, such as 30s")
+	}
+	if maxWait < minWait {
+		return badf("expected at least --reconnect-backoff-min (%s)", minWait)
+	}
+	return nil
+}
+
+func checkDeadLetterTopic(topic, mode string) error {
+	if topic == "" {
+		if mode == InvalidRowsDeadLetter {
+			return missingf("required with --invalid-rows=dead-letter; set it to the topic that receives rows walbox cannot route")
+		}
+		return nil
+	}
+	if why := topicNameProblem(topic); why != "" {
+		return badf("expected a Kafka topic name (%s)", why)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+const usageHeader = `Usage: walbox run [options]
+
+Streams the rows inserted into the outbox table, read through Postgres logical
+replication (pgoutput), to Kafka.
+
+Each option can be given as a flag (--name value or --name=value), as an
+environment variable, or as a key of the YAML file named by --config or
+WALBOX_CONFIG. Flags override environment variables, which override the file,
+which overrides the defaults. An empty environment variable counts as unset.
+Durations are Go durations (500ms, 1s, 2m); sizes are bytes with an optional
+unit (KiB, MiB, GiB, or the decimal KB, MB, GB).
+`
+
+// Usage writes the help of `walbox run` to out: every option with its flag,
+// environment variable, YAML key, default and a one-line description,
+// grouped under Postgres, Kafka, Routing and Operations.
+func Usage(out io.Writer) {
+	var b strings.Builder
+	b.WriteString(usageHeader)
+	defaults := Defaults()
+	for g, name := range groupNames {
+		fmt.Fprintf(&b, "\n%s:\n", name)
+		for _, o := range options {
+			if o.group != group(g) {
+				continue
+			}
+			fmt.Fprintf(&b, "  --%s %s", o.flag, o.value.arg)
+			switch def := o.value.get(&defaults); {
+			case isRequired(o, &defaults):
+				b.WriteString("  (required)")
+			case def != "":
+				fmt.Fprintf(&b, "  (default %s)", def)
+			}
+			fmt.Fprintf(&b, "\n      %s\n", o.help)
+			yamlKey := o.yaml
+			if yamlKey == "" {
+				yamlKey = "(none)"
+			}
+			fmt.Fprintf(&b, "      env: %s   yaml: %s\n", o.env, yamlKey)
+		}
+	}
+	_, _ = io.WriteString(out, b.String())
+}
+
+// isRequired reports whether the default value of o is missing, so that
+// "required" in the help comes from the same check that enforces it.
+func isRequired(o *option, defaults *Config) bool {
+	if o.check == nil {
+		return false
+	}
+	for _, err := range splitJoined(o.check(defaults)) {
+		var ce *checkErr
+		if errors.As(err, &ce) && ce.missing {
+			return true
+		}
+	}
+	return false
+}
