@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// runRelay wires the relay together and runs it until ctx ends. Shutdown
+// order: the relay stops reading WAL, drains in-flight acks and sends its
+// final status update; then the Kafka client and the metrics server close.
+func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
+	log := newLogger(cfg, logOut)
+	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))
+
+	rt, err := router.New(router.Config{
+		Columns:         router.Columns(cfg.Columns),
+		TopicTemplate:   cfg.Topic,
+		InvalidRows:     router.Policy(cfg.InvalidRows),
+		DeadLetterTopic: cfg.DeadLetterTopic,
+	})
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	schema, table := cfg.TableName()
+	slotCfg := slotctl.Config{Table: schema + "." + table, Slot: cfg.Slot, Publication: cfg.Publication, CreateMissing: true}
+	slot, err := prepareSlot(ctx, cfg, slotCfg, log)
+	if err != nil {
+		return err
+	}
+	if slot == nil { // stopped while waiting for Postgres
+		return nil
+	}
+
+	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{
+		Brokers:            cfg.KafkaBrokers,
+		ClientID:           cfg.ClientID,
+		Linger:             cfg.ProducerLinger,
+		BatchMaxBytes:      cfg.ProducerBatchMaxBytes,
+		MaxBufferedRecords: cfg.MaxInflightRecords + 1,
+	}, log, reg)
+	if err != nil {
+		return err
+	}
+	defer kcl.Close()
+
+	relay, err := pipeline.New(pipeline.Config{
+		ConnString:         cfg.PGDSN,
+		Slot:               cfg.Slot,
+		Publication:        cfg.Publication,
+		StatusInterval:     cfg.StatusInterval,
+		ShutdownTimeout:    cfg.ShutdownTimeout,
+		DedupWindow:        cfg.DedupWindow,
+		MaxInflightRecords: cfg.MaxInflightRecords,
+		MaxInflightBytes:   cfg.MaxInflightBytes,
+		BackoffMin:         cfg.ReconnectBackoffMin,
+		BackoffMax:         cfg.ReconnectBackoffMax,
+	}, kcl, rt, reg, log)
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay)
+	if err != nil {
+		return err
+	}
+	if srv != nil {
+		g.Go(func() error {
+			if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics server on %s: %w", cfg.MetricsAddr, err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		defer func() {
+			if srv != nil {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}
+		}()
+		return relay.Run(gctx, slot.ConfirmedFlushLSN)
+	})
+	err = g.Wait()
+	if err != nil {
+		log.Error("fatal", "err", err)
+		return err
+	}
+	log.Info("stopped cleanly")
+	return nil
+}
+
+// prepareSlot checks the server and creates the publication and slot when
+// missing. Connection failures are retried (Postgres may start after walbox);
+// anything a human must fix is returned at once. A nil slot means ctx ended.
+func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config, log *slog.Logger) (*slotctl.SlotInfo, error) {
+	for attempt := 0; ; attempt++ {
+		slot, err := func() (*slotctl.SlotInfo, error) {
+			conn, err := pgx.Connect(ctx, cfg.PGDSN)
+			if err != nil {
+				return nil, fmt.Errorf("connect to postgres: %w", err)
+			}
+			defer conn.Close(context.Background())
+			info, err := slotctl.Preflight(ctx, conn, slotCfg)
+			if err != nil {
+				return nil, err
+			}
+			if err := slotctl.EnsurePublication(ctx, conn, slotCfg); err != nil {
+				return nil, err
+			}
+			slot, err := slotctl.EnsureSlot(ctx, conn, slotCfg)
+			if err != nil {
+				return nil, err
+			}
+			log.Info("slot ready", "slot", slot.Name, "publication", cfg.Publication,
+				"server_version", info.VersionNum, "confirmed_lsn", pglogrepl.LSN(slot.ConfirmedFlushLSN).String(),
+				"wal_status", slot.WALStatus)
+			return &slot, nil
+		}()
+		if err == nil {
+			return slot, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if !pipeline.IsRetryable(err) {
+			return nil, err
+		}
+		delay := min(cfg.ReconnectBackoffMin<<min(attempt, 16), cfg.ReconnectBackoffMax)
+		log.Warn("postgres not reachable, retrying", "err", err, "retry_in", delay.String())
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		}
+	}
+}
+
+func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(out, opts))
+	}
+	return slog.New(slog.NewJSONHandler(out, opts))
+}
+
+type metricsServer struct {
+	*http.Server
+	ln net.Listener
+}
+
+func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
+
+// startMetricsServer binds before returning so a port clash is a startup
+// error, not a log line later. An empty addr disables it.
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay) (*metricsServer, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %s: %w (set --metrics-addr / WALBOX_METRICS_ADDR to a free address, or empty to disable)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if relay.Streaming() {
+			fmt.Fprintln(w, "streaming")
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not streaming: connecting to postgres or retrying")
+	})
+	return &metricsServer{Server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}, nil
+}

@@ -1,0 +1,92 @@
+package outboxtest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Received is one record as a consumer saw it.
+type Received struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	Value     []byte
+	Headers   map[string]string
+	Timestamp time.Time
+	// At is when the consumer received it.
+	At time.Time
+}
+
+// Consumer reads topics from the start with read_committed isolation.
+type Consumer struct {
+	cl *kgo.Client
+}
+
+// NewConsumer consumes the topics matching the regular expression pattern.
+func NewConsumer(brokers []string, pattern string) (*Consumer, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeRegex(),
+		kgo.ConsumeTopics(pattern),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.MetadataMinAge(250*time.Millisecond),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	return &Consumer{cl: cl}, nil
+}
+
+// Close closes the client.
+func (c *Consumer) Close() { c.cl.Close() }
+
+// Poll returns the records fetched in one poll, waiting at most until ctx
+// ends; an ended ctx is not an error (the caller's deadline check reports).
+func (c *Consumer) Poll(ctx context.Context) ([]Received, error) {
+	fs := c.cl.PollFetches(ctx)
+	var errs []error
+	fs.EachError(func(t string, p int32, err error) {
+		if ctx.Err() == nil {
+			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", t, p, err))
+		}
+	})
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	now := time.Now()
+	var out []Received
+	fs.EachRecord(func(r *kgo.Record) {
+		h := make(map[string]string, len(r.Headers))
+		for _, kv := range r.Headers {
+			h[kv.Key] = string(kv.Value)
+		}
+		out = append(out, Received{
+			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key),
+			Value: r.Value, Headers: h, Timestamp: r.Timestamp, At: now,
+		})
+	})
+	return out, nil
+}
+
+// ReadUntil polls until done reports true for everything received so far or
+// ctx ends, and returns everything received.
+func (c *Consumer) ReadUntil(ctx context.Context, done func([]Received) bool) ([]Received, error) {
+	var all []Received
+	for !done(all) {
+		if ctx.Err() != nil {
+			return all, fmt.Errorf("stopped waiting after %d records: %w", len(all), ctx.Err())
+		}
+		got, err := c.Poll(ctx)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, got...)
+	}
+	return all, nil
+}

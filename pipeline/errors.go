@@ -1,0 +1,88 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrStopped is returned by Relay.Run when it stopped because its context was
+// cancelled and it shut down cleanly.
+var ErrStopped = errors.New("relay stopped")
+
+// ProduceError is a record Kafka refused for good (franz-go retries the
+// transient failures itself). The slot is not confirmed past it, so after
+// the cause is fixed a restart sends it again.
+type ProduceError struct {
+	Topic   string
+	EventID string
+	LSN     pglogrepl.LSN
+	Err     error
+}
+
+func (e *ProduceError) Error() string {
+	return fmt.Sprintf("kafka refused event %q (lsn %s) for topic %q: %v; the slot is not confirmed past it, fix the cause and restart walbox to resend",
+		e.EventID, e.LSN, e.Topic, e.Err)
+}
+
+func (e *ProduceError) Unwrap() error { return e.Err }
+
+// IsRetryable classifies an error from a replication session: true means
+// reconnecting may cure it, false means walbox must stop and say why.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "55006":
+			// object_in_use: the slot is still active, usually held by a
+			// predecessor that was just killed and whose walsender has not
+			// noticed yet. It frees itself within wal_sender_timeout.
+			return true
+		case "57P01", "57P02", "57P03":
+			// admin_shutdown, crash_shutdown, cannot_connect_now: the server
+			// is restarting or in recovery.
+			return true
+		case "53300":
+			// too_many_connections: transient by nature.
+			return true
+		}
+		// Connection exceptions (class 08) are transient; any other SQL
+		// error (missing slot, bad publication, lost WAL) needs a human.
+		return len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
+	}
+	var produceErr *ProduceError
+	if errors.As(err, &produceErr) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		// Connect failures carry the server's error: a PgError above is
+		// already classified, anything else is the network.
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var lost *connectionLostError
+	return errors.As(err, &lost)
+}
+
+// connectionLostError marks a failure of the replication connection itself
+// (as opposed to the data on it), which pgconn does not always expose as a
+// net.Error once it has closed the socket.
+type connectionLostError struct{ err error }
+
+func (e *connectionLostError) Error() string { return "replication connection lost: " + e.err.Error() }
+func (e *connectionLostError) Unwrap() error { return e.err }

@@ -1,0 +1,83 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// metrics are registered on the registry the caller injects, never the global
+// one, so tests and embedders can run several relays in one process.
+type metrics struct {
+	eventsProduced     prometheus.Counter
+	eventsDeadLettered prometheus.Counter
+	duplicatesSkipped  prometheus.Counter
+	produceErrors      prometheus.Counter
+	transactions       prometheus.Counter
+	reconnects         prometheus.Counter
+	confirmedLSN       prometheus.Gauge
+	receivedLSN        prometheus.Gauge
+	inflightRecords    prometheus.GaugeFunc
+	inflightBytes      prometheus.GaugeFunc
+	commitToAck        prometheus.Histogram
+	lastAck            prometheus.Gauge
+	streaming          prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		eventsProduced: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_events_produced_total",
+			Help: "Outbox events acknowledged by Kafka, dead-lettered ones included.",
+		}),
+		eventsDeadLettered: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_events_dead_lettered_total",
+			Help: "Invalid outbox rows routed to the dead-letter topic.",
+		}),
+		duplicatesSkipped: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_events_duplicate_skipped_total",
+			Help: "Events re-sent by Postgres after a reconnect that Kafka had already acknowledged, recognised by event id and not produced again.",
+		}),
+		produceErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_produce_errors_total",
+			Help: "Records Kafka refused for good.",
+		}),
+		transactions: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_transactions_total",
+			Help: "Transactions received from the replication slot.",
+		}),
+		reconnects: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_postgres_reconnects_total",
+			Help: "Replication sessions that ended in a retryable error and were restarted.",
+		}),
+		confirmedLSN: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_confirmed_lsn_bytes",
+			Help: "WAL position last confirmed to Postgres (flush LSN), in bytes.",
+		}),
+		receivedLSN: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_received_lsn_bytes",
+			Help: "End of the WAL last received from Postgres, in bytes.",
+		}),
+		inflightRecords: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walbox_inflight_records",
+			Help: "Records handed to the producer and not yet acknowledged.",
+		}, func() float64 { return float64(inf.records.Load()) }),
+		inflightBytes: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "walbox_inflight_bytes",
+			Help: "Bytes of records handed to the producer and not yet acknowledged.",
+		}, func() float64 { return float64(inf.bytes.Load()) }),
+		commitToAck: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "walbox_commit_to_ack_seconds",
+			Help:    "Time from the Postgres commit of an event to its Kafka acknowledgement.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		lastAck: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_last_ack_timestamp_seconds",
+			Help: "Unix time of the last Kafka acknowledgement.",
+		}),
+		streaming: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_streaming",
+			Help: "1 while a replication session is streaming, 0 while connecting or retrying.",
+		}),
+	}
+}

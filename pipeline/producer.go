@@ -1,0 +1,72 @@
+package pipeline
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+	"github.com/twmb/franz-go/plugin/kslog"
+)
+
+// KafkaConfig holds the producer settings walbox exposes.
+type KafkaConfig struct {
+	Brokers  []string
+	ClientID string
+	// Linger is how long a partition's batch waits for more records (0: send
+	// at once). BatchMaxBytes caps a batch; zero keeps franz-go's default.
+	Linger        time.Duration
+	BatchMaxBytes int
+	// MaxBufferedRecords must be at least the relay's MaxInflightRecords so
+	// Produce never blocks the replication loop.
+	MaxBufferedRecords int
+}
+
+// NewKafkaClient returns a franz-go client set up for the outbox guarantee:
+//   - acks=all with the idempotent producer (franz-go's default, stated
+//     explicitly): a broker failover neither loses nor duplicates a batch,
+//     and per-partition order holds with several requests in flight;
+//   - no record retry limit and no delivery timeout: a record is never given
+//     up on because Kafka is down for a while; the relay stops confirming
+//     instead and resumes by itself;
+//   - the sticky key partitioner with murmur2 hashing, the Java client's
+//     default for keyed records, so an aggregate lands on the partition Java
+//     producers and Kafka Streams expect. Changing the key encoding or this
+//     partitioner moves aggregates between partitions and breaks their order
+//     across the change.
+func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) (*kgo.Client, error) {
+	if len(c.Brokers) == 0 {
+		return nil, fmt.Errorf("kafka: no brokers configured; set --kafka-brokers (WALBOX_KAFKA_BROKERS)")
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		// Like the Java producer (allow.auto.create.topics=true): the
+		// broker's auto.create.topics.enable decides. With it off, a
+		// missing topic fails the record with UNKNOWN_TOPIC_OR_PARTITION
+		// and walbox stops naming the topic.
+		kgo.AllowAutoTopicCreation(),
+		kgo.ProducerLinger(c.Linger),
+	}
+	if c.ClientID != "" {
+		opts = append(opts, kgo.ClientID(c.ClientID))
+	}
+	if c.BatchMaxBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(c.BatchMaxBytes)))
+	}
+	if c.MaxBufferedRecords > 0 {
+		opts = append(opts, kgo.MaxBufferedRecords(c.MaxBufferedRecords))
+	}
+	if reg != nil {
+		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("walbox_kafka", kprom.Registerer(reg))))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: create client for brokers %v: %w", c.Brokers, err)
+	}
+	return cl, nil
+}

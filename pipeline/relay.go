@@ -1,0 +1,226 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/router"
+)
+
+// Producer is the part of *kgo.Client the relay uses.
+type Producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
+}
+
+var _ Producer = (*kgo.Client)(nil)
+
+// Router maps an outbox row to a record; *router.Router is the implementation.
+type Router interface {
+	Route(ins *decoder.Insert) (router.Routed, error)
+}
+
+var _ Router = (*router.Router)(nil)
+
+// Config holds the relay's settings. Zero durations and sizes take the
+// defaults noted on each field.
+type Config struct {
+	// ConnString is a libpq URL or key=value DSN; the relay adds
+	// replication=database itself.
+	ConnString  string
+	Slot        string
+	Publication string
+	// StatusInterval is how often a standby status update is sent (1s).
+	StatusInterval time.Duration
+	// ShutdownTimeout bounds the wait for in-flight acks on stop (30s).
+	ShutdownTimeout time.Duration
+	// DedupWindow is how many acknowledged event ids are remembered to skip
+	// what Postgres re-sends after a reconnect; 0 disables it.
+	DedupWindow int
+	// MaxInflightRecords and MaxInflightBytes bound unacknowledged records
+	// (10000, 64 MiB).
+	MaxInflightRecords int
+	MaxInflightBytes   int64
+	// BackoffMin and BackoffMax bound the reconnect delay (500ms, 30s).
+	BackoffMin, BackoffMax time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.MaxInflightRecords <= 0 {
+		c.MaxInflightRecords = 10000
+	}
+	if c.MaxInflightBytes <= 0 {
+		c.MaxInflightBytes = 64 << 20
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 500 * time.Millisecond
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(30*time.Second, c.BackoffMin)
+	}
+}
+
+// Validate reports settings the relay cannot run with.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ConnString == "" {
+		errs = append(errs, errors.New("pipeline: connection string is empty"))
+	}
+	if c.Slot == "" {
+		errs = append(errs, errors.New("pipeline: slot name is empty"))
+	}
+	if c.Publication == "" {
+		errs = append(errs, errors.New("pipeline: publication name is empty"))
+	}
+	if c.DedupWindow < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: dedup window %d is negative", c.DedupWindow))
+	}
+	return errors.Join(errs...)
+}
+
+// Relay moves outbox rows from a replication slot to Kafka. Create it with
+// New; Run may be called once.
+type Relay struct {
+	cfg      Config
+	log      *slog.Logger
+	producer Producer
+	router   Router
+	metrics  *metrics
+	inflight *inflight
+	dedup    *lru.Cache[string, struct{}]
+
+	// Owned by the loop goroutine.
+	tracker *checkpoint.Tracker
+	dec     *decoder.Decoder
+
+	failOnce sync.Once
+	failure  atomic.Pointer[error]
+	failed   chan struct{}
+
+	streaming atomic.Bool
+}
+
+// New builds a relay. Metrics go to reg; log must not be nil.
+func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, log *slog.Logger) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{
+		cfg:      cfg,
+		log:      log,
+		producer: producer,
+		router:   rt,
+		inflight: newInflight(cfg.MaxInflightRecords, cfg.MaxInflightBytes),
+		dec:      decoder.New(),
+		failed:   make(chan struct{}),
+	}
+	r.metrics = newMetrics(reg, r.inflight)
+	if cfg.DedupWindow > 0 {
+		d, err := lru.New[string, struct{}](cfg.DedupWindow)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline: dedup window %d: %w", cfg.DedupWindow, err)
+		}
+		r.dedup = d
+	}
+	return r, nil
+}
+
+// Streaming reports whether a replication session is currently streaming;
+// it backs the /healthz endpoint. Safe for concurrent use.
+func (r *Relay) Streaming() bool { return r.streaming.Load() }
+
+// fail records the first permanent failure and wakes the loop. Safe for
+// concurrent use (called from promise callbacks).
+func (r *Relay) fail(err error) {
+	r.failOnce.Do(func() {
+		r.failure.Store(&err)
+		close(r.failed)
+	})
+}
+
+func (r *Relay) failureErr() error {
+	if p := r.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Run streams from start, normally the slot's confirmed_flush_lsn, until ctx
+// is cancelled (it then drains in-flight acks, confirms what they cover and
+// returns nil) or a permanent error occurs. Retryable failures of the
+// Postgres connection are retried with capped exponential backoff.
+func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
+	r.tracker = checkpoint.New(start)
+	r.metrics.confirmedLSN.Set(float64(start))
+	attempt := 0
+	for {
+		streamed, err := r.session(ctx)
+		r.streaming.Store(false)
+		r.metrics.streaming.Set(0)
+		if err == nil {
+			return nil
+		}
+		if ferr := r.failureErr(); ferr != nil {
+			return ferr
+		}
+		if !IsRetryable(err) {
+			return err
+		}
+		if streamed {
+			attempt = 0
+		}
+		r.metrics.reconnects.Inc()
+		// Let everything in flight settle before replaying: records Kafka
+		// acks now enter the dedup window, and the replay starts past every
+		// transaction they complete.
+		if err := r.producer.Flush(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("flush before reconnect: %w", err)
+		}
+		if ferr := r.failureErr(); ferr != nil {
+			return ferr
+		}
+		delay := backoff(attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
+		attempt++
+		r.log.Warn("replication session ended, reconnecting",
+			"err", err, "slot", r.cfg.Slot, "attempt", attempt, "retry_in", delay.String(),
+			"confirmed_lsn", r.tracker.Confirmed().String())
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// backoff returns a capped exponential delay with jitter, so a fleet of
+// restarted relays does not reconnect in lockstep.
+func backoff(attempt int, lo, hi time.Duration) time.Duration {
+	d := lo
+	for i := 0; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d/2 + rand.N(d/2+1)
+}

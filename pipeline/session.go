@@ -1,0 +1,323 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/decoder"
+)
+
+// session runs one replication connection from connect to close. It returns
+// nil after a clean stop (ctx cancelled), otherwise the error that ended it;
+// streamed reports whether the session got as far as streaming, which resets
+// the reconnect backoff.
+func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
+	conn, err := connectReplication(ctx, r.cfg.ConnString)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+
+	// A new walsender session re-sends Relation messages and the whole of
+	// any transaction we had only partly received.
+	r.dec.Reset()
+	r.tracker.Abandon()
+	start := r.tracker.Confirmed()
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + quotePublication(r.cfg.Publication) + "'",
+		},
+	})
+	if err != nil {
+		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
+	}
+	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String())
+	r.streaming.Store(true)
+	r.metrics.streaming.Set(1)
+
+	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx)}
+	return true, l.run(ctx)
+}
+
+func connectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres connection string: %w", err)
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = "walbox"
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect for replication to %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	return conn, nil
+}
+
+// quotePublication renders a publication name for the publication_names
+// option, which pgoutput splits as a list of identifiers inside a string
+// literal: double-quote the identifier, then escape for the literal.
+func quotePublication(name string) string {
+	ident := `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+	return strings.ReplaceAll(ident, `'`, `''`)
+}
+
+// loop is the state of one streaming session; all of it belongs to the
+// goroutine that runs it.
+type loop struct {
+	*Relay
+	conn       *pgconn.PgConn
+	produceCtx context.Context
+	txn        *checkpoint.Txn
+	received   pglogrepl.LSN
+	nextStatus time.Time
+	sentLSN    pglogrepl.LSN
+}
+
+func (l *loop) run(ctx context.Context) error {
+	for {
+		if err := l.failureErr(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return l.stop()
+		}
+		if !time.Now().Before(l.nextStatus) {
+			if err := l.sendStatus(ctx); err != nil {
+				return err
+			}
+		}
+		if l.inflight.full() {
+			l.waitForAcks(ctx)
+			continue
+		}
+		if err := l.receive(ctx, l.nextStatus); err != nil {
+			if pgconn.Timeout(err) || (ctx.Err() != nil && !l.conn.IsClosed()) {
+				continue
+			}
+			return err
+		}
+	}
+}
+
+// waitForAcks parks the loop until an ack frees room, the next status update
+// is due, the relay fails, or ctx ends.
+func (l *loop) waitForAcks(ctx context.Context) {
+	t := time.NewTimer(time.Until(l.nextStatus))
+	defer t.Stop()
+	select {
+	case <-l.inflight.wake:
+	case <-t.C:
+	case <-l.failed:
+	case <-ctx.Done():
+	}
+}
+
+// receive reads and handles one message, waiting at most until deadline.
+func (l *loop) receive(ctx context.Context, deadline time.Time) error {
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	raw, err := l.conn.ReceiveMessage(rctx)
+	cancel()
+	if err != nil {
+		if l.conn.IsClosed() {
+			return &connectionLostError{err: err}
+		}
+		return err
+	}
+	switch msg := raw.(type) {
+	case *pgproto3.CopyData:
+		return l.handleCopyData(msg.Data)
+	case *pgproto3.ErrorResponse:
+		return pgconn.ErrorResponseToPgError(msg)
+	case *pgproto3.CopyDone:
+		return &connectionLostError{err: errors.New("server ended the replication stream (CopyDone)")}
+	default:
+		return nil
+	}
+}
+
+func (l *loop) handleCopyData(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("empty CopyData message after %s", l.received)
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive after %s: %w", l.received, err)
+		}
+		if !l.dec.InTransaction() {
+			l.tracker.ObserveServerPosition(ka.ServerWALEnd)
+		}
+		if ka.ReplyRequested {
+			l.nextStatus = time.Time{}
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData after %s: %w", l.received, err)
+		}
+		if end := xld.WALStart + pglogrepl.LSN(len(xld.WALData)); end > l.received {
+			l.received = end
+		}
+		return l.handleWAL(xld.WALStart, xld.WALData)
+	default:
+		return nil
+	}
+}
+
+func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
+	msg, err := l.dec.Decode(walStart, walData)
+	if err != nil {
+		// Nothing of this message or after it is confirmed: after the
+		// cause is fixed, a restart decodes it again.
+		return fmt.Errorf("decode WAL message at %s: %w", walStart, err)
+	}
+	switch m := msg.(type) {
+	case *decoder.Begin:
+		l.txn = l.tracker.Begin()
+	case *decoder.Insert:
+		return l.handleInsert(m)
+	case *decoder.Commit:
+		if l.txn != nil {
+			l.tracker.Commit(l.txn, m.EndLSN)
+			l.txn = nil
+		}
+		l.metrics.transactions.Inc()
+		l.metrics.receivedLSN.Set(float64(m.EndLSN))
+	}
+	return nil
+}
+
+func (l *loop) handleInsert(ins *decoder.Insert) error {
+	routed, err := l.router.Route(ins)
+	if err != nil {
+		return err
+	}
+	if routed.EventID != "" && l.dedup != nil && l.dedup.Contains(routed.EventID) {
+		l.metrics.duplicatesSkipped.Inc()
+		return nil
+	}
+	if routed.DeadLetter {
+		l.log.Warn("invalid outbox row routed to the dead-letter topic",
+			"event_id", routed.EventID, "lsn", ins.LSN.String(), "xid", ins.XID,
+			"topic", routed.Record.Topic, "reason", routed.Reason)
+	}
+	rec := routed.Record
+	size := recordSize(rec)
+	txn, eventID, lsn, commitTime, deadLetter := l.txn, routed.EventID, ins.LSN, ins.CommitTime, routed.DeadLetter
+	txn.Add(1)
+	l.inflight.add(size)
+	l.producer.Produce(l.produceCtx, rec, func(rec *kgo.Record, err error) {
+		l.inflight.release(size)
+		if err != nil {
+			l.metrics.produceErrors.Inc()
+			l.fail(&ProduceError{Topic: rec.Topic, EventID: eventID, LSN: lsn, Err: err})
+			return
+		}
+		if eventID != "" && l.dedup != nil {
+			l.dedup.Add(eventID, struct{}{})
+		}
+		txn.Ack()
+		now := time.Now()
+		l.metrics.eventsProduced.Inc()
+		if deadLetter {
+			l.metrics.eventsDeadLettered.Inc()
+		}
+		l.metrics.commitToAck.Observe(now.Sub(commitTime).Seconds())
+		l.metrics.lastAck.Set(float64(now.UnixNano()) / 1e9)
+	})
+	return nil
+}
+
+func recordSize(rec *kgo.Record) int64 {
+	n := len(rec.Key) + len(rec.Value) + len(rec.Topic)
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// sendStatus reports the confirmed position. Write, flush and apply are all
+// set to it explicitly: pglogrepl copies the write position into an unset
+// flush position, and the slot's confirmed_flush_lsn follows flush.
+func (l *loop) sendStatus(ctx context.Context) error {
+	lsn := l.tracker.Confirmed()
+	l.nextStatus = time.Now().Add(l.cfg.StatusInterval)
+	if lsn == 0 {
+		return nil
+	}
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, l.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: lsn,
+		WALFlushPosition: lsn,
+		WALApplyPosition: lsn,
+		ClientTime:       time.Now(),
+	})
+	if err != nil {
+		return &connectionLostError{err: fmt.Errorf("send standby status update at %s: %w", lsn, err)}
+	}
+	if lsn != l.sentLSN {
+		l.log.Debug("confirmed", "slot", l.cfg.Slot, "lsn", lsn.String())
+		l.sentLSN = lsn
+	}
+	l.metrics.confirmedLSN.Set(float64(lsn))
+	return nil
+}
+
+// stop shuts the session down cleanly: finish receiving the open transaction
+// (so the next start does not resend its first half), wait for every
+// in-flight ack, then confirm what they cover. Each step is bounded by
+// ShutdownTimeout; what is not confirmed is simply sent again next time.
+func (l *loop) stop() error {
+	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
+	defer cancel()
+	for l.dec.InTransaction() && sctx.Err() == nil && l.failureErr() == nil {
+		if l.inflight.full() {
+			l.waitForAcks(sctx)
+			continue
+		}
+		deadline, _ := sctx.Deadline()
+		if err := l.receive(sctx, deadline); err != nil {
+			if pgconn.Timeout(err) {
+				continue
+			}
+			l.log.Warn("could not finish the open transaction before stopping; it will be sent again on the next start",
+				"err", err, "lsn", l.received.String())
+			break
+		}
+	}
+	if l.dec.InTransaction() {
+		l.tracker.Abandon()
+	}
+	if err := l.producer.Flush(sctx); err != nil {
+		l.log.Warn("stopping with records still in flight; they will be sent again on the next start",
+			"err", err, "inflight_records", l.inflight.records.Load())
+	}
+	if err := l.failureErr(); err != nil {
+		return err
+	}
+	if err := l.sendStatus(sctx); err != nil {
+		return fmt.Errorf("final status update: %w", err)
+	}
+	l.log.Info("stopped", "slot", l.cfg.Slot, "confirmed_lsn", l.tracker.Confirmed().String())
+	return nil
+}
