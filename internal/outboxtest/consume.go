@@ -35,6 +35,9 @@ func NewConsumer(brokers []string, pattern string) (*Consumer, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.MetadataMinAge(250*time.Millisecond),
+		// Regex subscriptions only discover new topics on a metadata
+		// refresh; walbox creates topics as it goes.
+		kgo.MetadataMaxAge(time.Second),
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)
 	if err != nil {

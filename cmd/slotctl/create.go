@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/slotctl"
+)
+
+const createHelp = `Usage: slotctl create [--pg-dsn DSN] [--table schema.table] [--slot NAME] [--publication NAME] [--timeout D]
+
+Checks the server (PostgreSQL 14+, wal_level = logical, a role with REPLICATION,
+the outbox table exists and is readable, replication slots enabled), then
+creates what is missing, in this order:
+  1. the publication: CREATE PUBLICATION <publication> FOR TABLE <table>
+     WITH (publish = 'insert'). PostgreSQL requires the table's owner; as the
+     least-privilege walbox role, have an admin run migrations/002_publication.sql.
+  2. the slot: a pgoutput logical replication slot in the connected database.
+     It streams transactions committed after its creation only.
+Existing objects are verified, never changed. Prints the result on stdout.
+Flags and their environment variables: see 'slotctl --help'.
+`
+
+// createOptions are the flags of `slotctl create`.
+type createOptions struct {
+	commonOptions
+}
+
+func runCreate(ctx context.Context, args []string, e env) error {
+	var o createOptions
+	fs := flag.NewFlagSet("create", flag.ContinueOnError)
+	o.register(fs, e)
+	if err := parseFlags(fs, args, e, createHelp); err != nil {
+		return err
+	}
+	cfg, err := o.config(true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	conn, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return create(ctx, conn, cfg.WithDefaults(), e.stdout)
+}
+
+// create ensures the publication and slot, reporting what it did on w.
+func create(ctx context.Context, conn *pgx.Conn, cfg slotctl.Config, w io.Writer) error {
+	// Looked up first only to tell "created" from "verified"; Ensure
+	// reports every real problem.
+	_, pubErr := slotctl.InspectPublication(ctx, conn, cfg.Publication)
+	_, slotErr := slotctl.Inspect(ctx, conn, cfg.Slot)
+	info, slot, err := slotctl.Ensure(ctx, conn, cfg)
+	if err != nil {
+		return err
+	}
+	status := func(existed bool) string {
+		if existed {
+			return "already exists, verified"
+		}
+		return "created"
+	}
+	fmt.Fprintf(w, "publication %s: %s (inserts of %s)\n", cfg.Publication, status(pubErr == nil), info.Table)
+	fmt.Fprintf(w, "slot %s: %s\n", cfg.Slot, status(slotErr == nil))
+	writeSlotText(w, slot)
+	return nil
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/walbox/walbox/slotctl"
+)
+
+const dropHelp = `Usage: slotctl drop [--publication-too] [--yes] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--timeout D]
+
+Drops the replication slot, and with --publication-too the publication.
+Dropping the slot discards its position: outbox rows committed after its
+confirmed_flush_lsn that walbox has not published yet are not sent by a new
+slot; publish them again from the outbox table. Refuses while a process
+streams from the slot.
+
+  --publication-too   also drop the publication (after the slot)
+  --yes               do not ask; required when stdin is not a terminal
+
+On a terminal, asks you to type the slot's name (the publication's when only
+it exists). Something that does not exist is reported on stderr; it is an
+error only when nothing at all exists to drop.
+Other flags and their environment variables: see 'slotctl --help'.
+`
+
+// dropOptions are the flags of `slotctl drop`.
+type dropOptions struct {
+	commonOptions
+	PublicationToo bool
+	Yes            bool
+}
+
+func runDrop(ctx context.Context, args []string, e env) error {
+	var o dropOptions
+	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
+	o.register(fs, e)
+	fs.BoolVar(&o.PublicationToo, "publication-too", false, "")
+	fs.BoolVar(&o.Yes, "yes", false, "")
+	if err := parseFlags(fs, args, e, dropHelp); err != nil {
+		return err
+	}
+	cfg, err := o.config(false)
+	if err != nil {
+		return err
+	}
+	cfg = cfg.WithDefaults()
+	if !o.Yes && !e.stdinIsTTY {
+		return usageError{"refusing to drop without --yes: stdin is not a terminal, so there is no one to confirm"}
+	}
+
+	// The timeout bounds the database work, not the time a human takes to
+	// answer, so the lookups and the drops get their own contexts.
+	lookCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	conn, err := o.connect(lookCtx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+
+	var missing []string
+	slot, err := slotctl.Inspect(lookCtx, conn, cfg.Slot)
+	slotFound := err == nil
+	switch {
+	case errors.Is(err, slotctl.ErrSlotNotFound):
+		missing = append(missing, fmt.Sprintf("slot %q does not exist", cfg.Slot))
+	case err != nil:
+		return err
+	case slot.Active:
+		return fmt.Errorf("%w: slot %q is streaming to server process %d; stop the walbox (or other consumer) using it first, "+
+			"or end that session with SELECT pg_terminate_backend(%d); nothing was dropped",
+			slotctl.ErrSlotActive, slot.Name, slot.ActivePID, slot.ActivePID)
+	}
+	pubFound := false
+	if o.PublicationToo {
+		_, err := slotctl.InspectPublication(lookCtx, conn, cfg.Publication)
+		pubFound = err == nil
+		switch {
+		case errors.Is(err, slotctl.ErrPublicationNotFound):
+			missing = append(missing, fmt.Sprintf("publication %q does not exist", cfg.Publication))
+		case err != nil:
+			return err
+		}
+	}
+	if !slotFound && !pubFound {
+		return fmt.Errorf("nothing to drop: %s in this database", strings.Join(missing, ", and "))
+	}
+	for _, m := range missing {
+		fmt.Fprintf(e.stderr, "slotctl drop: %s; skipping it\n", m)
+	}
+
+	if !o.Yes {
+		var b strings.Builder
+		fmt.Fprintln(&b, "This drops:")
+		word := cfg.Publication
+		if slotFound {
+			word = slot.Name
+			fmt.Fprintf(&b, "  - replication slot %q of database %q, confirmed up to %s, holding %s of WAL\n",
+				slot.Name, slot.Database, slot.ConfirmedFlushLSN, bytesIEC(slot.RetainedBytes))
+			fmt.Fprintf(&b, "    Outbox rows committed after %s and not yet published will not be sent by a new slot.\n",
+				slot.ConfirmedFlushLSN)
+		}
+		if pubFound {
+			fmt.Fprintf(&b, "  - publication %q\n", cfg.Publication)
+		}
+		fmt.Fprintf(&b, "Type %q to confirm: ", word)
+		if err := confirm(ctx, e, b.String(), word); err != nil {
+			return err
+		}
+	}
+
+	dropCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if slotFound {
+		if err := slotctl.DropSlot(dropCtx, conn, slot.Name); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "dropped slot %s\n", slot.Name)
+	}
+	if pubFound {
+		if err := slotctl.DropPublication(dropCtx, conn, cfg.Publication); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "dropped publication %s\n", cfg.Publication)
+	}
+	return nil
+}

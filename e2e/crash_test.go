@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// fixture is a Postgres with the outbox table, a broker and a writer.
+type fixture struct {
+	pg      *pgtest.Server
+	brokers []string
+	env     []string
+}
+
+func newFixture(t *testing.T, brokers []string) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	// The slot must exist before the writer starts: a logical slot sees
+	// only what is committed after its creation.
+	if err := slotctl.EnsurePublication(ctx, conn, slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{
+		pg:      pg,
+		brokers: brokers,
+		env: []string{
+			"WALBOX_PG_DSN=" + pg.DSN("postgres"),
+			"WALBOX_KAFKA_BROKERS=" + brokers[0],
+			"WALBOX_STATUS_INTERVAL=200ms",
+			"WALBOX_LOG_LEVEL=info",
+			"WALBOX_METRICS_ADDR=127.0.0.1:0",
+			"WALBOX_RECONNECT_BACKOFF_MIN=100ms",
+			"WALBOX_RECONNECT_BACKOFF_MAX=1s",
+		},
+	}
+}
+
+func kfakeBrokers(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// writer commits outbox transactions of 1 to maxTxn rows until stopped.
+type writer struct {
+	mu      sync.Mutex
+	written []outboxtest.Event
+	err     error
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// Transactions are paced by interval so the run spans the faults injected
+// meanwhile (pacing, not synchronisation: no assertion depends on it).
+func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, aggregates, maxTxn, limit int, interval time.Duration) *writer {
+	t.Helper()
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := outboxtest.NewGenerator(seed, aggregates)
+	rng := rand.New(rand.NewPCG(seed, 99))
+	go func() {
+		defer close(w.done)
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for n := 0; n < limit; {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			evs := gen.Batch(1 + rng.IntN(maxTxn))
+			if err := outboxtest.WriteTx(ctx, conn, evs); err != nil {
+				w.mu.Lock()
+				w.err = err
+				w.mu.Unlock()
+				return
+			}
+			n += len(evs)
+			w.mu.Lock()
+			w.written = append(w.written, evs...)
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.halt() })
+	return w
+}
+
+func (w *writer) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *writer) snapshot() ([]outboxtest.Event, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]outboxtest.Event(nil), w.written...), w.err
+}
+
+// collector consumes in the background.
+type collector struct {
+	mu  sync.Mutex
+	got []outboxtest.Received
+	err error
+}
+
+func startCollector(ctx context.Context, t *testing.T, brokers []string) *collector {
+	t.Helper()
+	c, err := outboxtest.NewConsumer(brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for cctx.Err() == nil {
+			recs, err := c.Poll(cctx)
+			col.mu.Lock()
+			col.got = append(col.got, recs...)
+			if err != nil && col.err == nil {
+				col.err = err
+			}
+			col.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.Close()
+	})
+	return col
+}
+
+func (c *collector) distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return outboxtest.DistinctIDs(c.got)
+}
+
+func (c *collector) snapshot() []outboxtest.Received {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]outboxtest.Received(nil), c.got...)
+}
+
+// TestCrashRestartLosesNothing kills walbox with SIGKILL mid-stream several
+// times while a writer keeps committing, restarts it each time, and checks
+// that after dedup by event_id every event arrived in per-aggregate order.
+func TestCrashRestartLosesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, kfakeBrokers(t))
+	const total, kills = 6000, 4
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 7, 50, 40, total, 20*time.Millisecond)
+	col := startCollector(ctx, t, f.brokers)
+
+	p := startWalbox(t, f.env)
+	for k := 1; k <= kills; k++ {
+		// Kill while events are flowing: once this process has moved a
+		// few hundred new events, with the writer still committing.
+		target := col.distinct() + 400
+		waitUntil(ctx, t, time.Minute, "progress before kill", func() bool {
+			if p.exited() {
+				t.Fatalf("walbox exited on its own: %v", p.err)
+			}
+			return col.distinct() >= target
+		})
+		p.kill()
+		written, _ := w.snapshot()
+		t.Logf("kill %d: SIGKILL with %d distinct events consumed of %d written", k, col.distinct(), len(written))
+		p = startWalbox(t, f.env)
+	}
+	<-w.done
+	written, err := w.snapshot()
+	if err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	waitUntil(ctx, t, 2*time.Minute, "every event to be delivered", func() bool {
+		return col.distinct() >= len(written)
+	})
+	rep := outboxtest.Check(written, col.snapshot())
+	t.Logf("after %d kills: %v", kills, rep)
+	if !rep.OK() || rep.Delivered != len(written) {
+		t.Fatalf("crash test failed: %v", rep)
+	}
+	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("walbox exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestGracefulStopThenRestartSendsNoDuplicates: SIGTERM under load exits 0
+// after confirming exactly what Kafka acked, so the next start resends
+// nothing.
+func TestGracefulStopThenRestartSendsNoDuplicates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := newFixture(t, kfakeBrokers(t))
+	const total = 4000
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 11, 50, 100, total, 20*time.Millisecond)
+	col := startCollector(ctx, t, f.brokers)
+	p := startWalbox(t, f.env)
+	waitUntil(ctx, t, time.Minute, "events to flow", func() bool { return col.distinct() >= total/3 })
+	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM under load, want 0", code)
+	}
+	p = startWalbox(t, f.env)
+	<-w.done
+	written, err := w.snapshot()
+	if err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	waitUntil(ctx, t, 2*time.Minute, "every event to be delivered", func() bool {
+		return col.distinct() >= len(written)
+	})
+	rep := outboxtest.Check(written, col.snapshot())
+	t.Logf("graceful restart: %v", rep)
+	if !rep.OK() || rep.Delivered != len(written) {
+		t.Fatalf("graceful restart lost or reordered events: %v", rep)
+	}
+	if rep.Duplicates != 0 {
+		t.Fatalf("%d duplicates after a graceful stop, want 0", rep.Duplicates)
+	}
+	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("exit code %d after final SIGTERM, want 0", code)
+	}
+}

@@ -1,0 +1,20 @@
+// Package pgtest runs throwaway PostgreSQL servers for tests and demos.
+//
+// StartServer runs initdb into a fresh temporary directory, starts postgres as
+// a child process on a free loopback port and waits until it accepts
+// connections. The core API needs no *testing.T, so a demo program can use it
+// too; Start, Shared and NewDatabase are the helpers for tests.
+//
+// Servers are configured for logical replication and for speed, never for
+// durability (see Options). They trust every local connection, so they must
+// never hold real data.
+//
+// When the process runs as root (as CI does), initdb and postgres run as the
+// `postgres` OS account, which must exist: PostgreSQL refuses to run as root.
+//
+// Data lives in a tmpfs when one is available (see TmpDirEnv and makeRoot).
+//
+// On Linux a server never outlives the process that started it: postgres
+// receives SIGQUIT (an immediate shutdown) when its parent dies, even by
+// SIGKILL or a test timeout. The temporary directory is removed only by Close.
+package pgtest

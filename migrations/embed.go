@@ -1,0 +1,10 @@
+// Package migrations ships the SQL files of this directory inside Go
+// programs (the demo and the tests apply the same files users do).
+package migrations
+
+import "embed"
+
+// FS holds 001_outbox.sql, 002_publication.sql and 003_walbox_role.sql.
+//
+//go:embed *.sql
+var FS embed.FS

@@ -1,0 +1,332 @@
+package router
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Columns names the outbox table's columns. An empty field takes its default
+// (see DefaultColumns), except Topic, which stays unset unless given.
+//
+// ID, AggregateID, AggregateType, EventType and Topic may also name a
+// top-level key of a JSON object column with Postgres's text-extraction
+// operator, "column->>key" (for example "metadata->>Aggregate-Id" for
+// watermill-sql tables, which keep everything but the payload in a metadata
+// column). The key is taken literally: no quoting, no nested paths. Payload
+// and Headers must be plain column names.
+//
+// ID, EventType and Headers are optional per table: a table without them (or a
+// row with them NULL) simply gets no event_id, event_type or row headers.
+// AggregateID and Payload are required in every row.
+type Columns struct {
+	// ID is the event id, sent as the event_id header and used for dedup.
+	// Default "id".
+	ID string
+	// AggregateType is the column the default topic template routes by.
+	// Default "aggregate_type".
+	AggregateType string
+	// AggregateID is the record key: every event of one aggregate lands on
+	// one partition, which is what keeps them in order. Default
+	// "aggregate_id".
+	AggregateID string
+	// EventType is sent as the event_type header. Default "event_type".
+	EventType string
+	// Payload is the record value. Default "payload".
+	Payload string
+	// Headers is a JSON object column; each top-level key becomes a record
+	// header. Default "headers".
+	Headers string
+	// Topic, when set, names a column holding each row's topic; it wins over
+	// Config.TopicTemplate. Default unset.
+	Topic string
+}
+
+// DefaultColumns returns the column names of the classic outbox table:
+// id, aggregate_type, aggregate_id, event_type, payload, headers; no topic
+// column.
+func DefaultColumns() Columns {
+	return Columns{
+		ID:            "id",
+		AggregateType: "aggregate_type",
+		AggregateID:   "aggregate_id",
+		EventType:     "event_type",
+		Payload:       "payload",
+		Headers:       "headers",
+	}
+}
+
+func (c Columns) withDefaults() Columns {
+	d := DefaultColumns()
+	set := func(v *string, def string) {
+		if *v == "" {
+			*v = def
+		}
+	}
+	set(&c.ID, d.ID)
+	set(&c.AggregateType, d.AggregateType)
+	set(&c.AggregateID, d.AggregateID)
+	set(&c.EventType, d.EventType)
+	set(&c.Payload, d.Payload)
+	set(&c.Headers, d.Headers)
+	return c
+}
+
+// Policy says what Route does with a row it cannot turn into a record.
+type Policy string
+
+const (
+	// PolicyFail makes Route return an *InvalidRowError. The pipeline then
+	// stops before confirming the row's LSN, so nothing is lost and the row
+	// is met again after the writer is fixed or the policy changed. Default.
+	PolicyFail Policy = "fail"
+	// PolicyDeadLetter routes the row, with whatever could be computed and
+	// walbox_* headers saying why, to Config.DeadLetterTopic.
+	PolicyDeadLetter Policy = "dead-letter"
+)
+
+// ParsePolicy parses "fail" or "dead-letter". The empty string is PolicyFail.
+func ParsePolicy(s string) (Policy, error) {
+	switch Policy(s) {
+	case "", PolicyFail:
+		return PolicyFail, nil
+	case PolicyDeadLetter:
+		return PolicyDeadLetter, nil
+	}
+	return "", configError("unknown invalid_rows policy " + strconv.Quote(s) + ` (want "fail" or "dead-letter")`)
+}
+
+// DefaultTopicTemplate is the topic template used when Config.TopicTemplate is
+// empty, with {aggregate_type} standing for Columns.AggregateType. It matches
+// Debezium's outbox event router default, so consumers moving from Debezium
+// keep their topics.
+const DefaultTopicTemplate = "outbox.event.{aggregate_type}"
+
+// Config configures a Router. The zero value is usable: classic column names,
+// DefaultTopicTemplate, PolicyFail.
+type Config struct {
+	// Columns names the outbox columns; empty fields take their defaults.
+	Columns Columns
+	// TopicTemplate renders each row's topic when Columns.Topic is unset:
+	// literal text with placeholders in braces, each naming a column (or
+	// column->>key) whose text value is substituted, e.g.
+	// "orders.{aggregate_type}.v1". Literal text must be valid in a Kafka
+	// topic name ([a-zA-Z0-9._-]); braces cannot be escaped, as Kafka forbids
+	// them in topic names anyway. Default: "outbox.event.{<Columns.AggregateType>}".
+	// Ignored when Columns.Topic is set (but still validated if given).
+	TopicTemplate string
+	// InvalidRows is the policy for rows that cannot be routed. Default
+	// PolicyFail.
+	InvalidRows Policy
+	// DeadLetterTopic receives invalid rows under PolicyDeadLetter; required
+	// then, and rejected with PolicyFail (where it would silently do nothing).
+	DeadLetterTopic string
+}
+
+// withDefaults fills every defaulted field.
+func (c Config) withDefaults() Config {
+	c.Columns = c.Columns.withDefaults()
+	if c.InvalidRows == "" {
+		c.InvalidRows = PolicyFail
+	}
+	if c.TopicTemplate == "" && c.Columns.Topic == "" {
+		c.TopicTemplate = "outbox.event.{" + c.Columns.AggregateType + "}"
+	}
+	return c
+}
+
+// Validate reports whether the configuration is usable, with defaults
+// applied: the policy is known, a dead-letter topic is given exactly when the
+// policy needs one and is a valid Kafka topic name, the column names parse,
+// and the topic template compiles.
+func (c Config) Validate() error {
+	_, _, err := c.compile()
+	return err
+}
+
+// compile validates c and returns it with defaults applied, plus the compiled
+// template (nil when a topic column is configured).
+func (c Config) compile() (Config, *template, error) {
+	c = c.withDefaults()
+	if _, err := ParsePolicy(string(c.InvalidRows)); err != nil {
+		return c, nil, err
+	}
+	switch c.InvalidRows {
+	case PolicyDeadLetter:
+		if c.DeadLetterTopic == "" {
+			return c, nil, configError("invalid_rows: dead-letter needs a dead_letter_topic")
+		}
+		if why := topicProblem(c.DeadLetterTopic); why != "" {
+			return c, nil, configError("dead_letter_topic " + strconv.Quote(c.DeadLetterTopic) + ": " + why)
+		}
+	case PolicyFail:
+		if c.DeadLetterTopic != "" {
+			return c, nil, configError("dead_letter_topic is set but invalid_rows is fail, so it would never be used; " +
+				"set invalid_rows: dead-letter or remove dead_letter_topic")
+		}
+	}
+	cols := []struct {
+		field, name string
+		plain       bool
+	}{
+		{"id", c.Columns.ID, false},
+		{"aggregate_type", c.Columns.AggregateType, false},
+		{"aggregate_id", c.Columns.AggregateID, false},
+		{"event_type", c.Columns.EventType, false},
+		{"payload", c.Columns.Payload, true},
+		{"headers", c.Columns.Headers, true},
+		{"topic", c.Columns.Topic, false},
+	}
+	for _, col := range cols {
+		if col.name == "" {
+			continue // only Topic may be empty after defaults
+		}
+		rf, err := parseRef(col.name)
+		if err != nil {
+			return c, nil, configError("columns." + col.field + ": " + err.Error())
+		}
+		if col.plain && rf.json {
+			return c, nil, configError("columns." + col.field + " " + strconv.Quote(col.name) +
+				": must be a plain column name, not a ->> extraction")
+		}
+	}
+	if c.TopicTemplate == "" {
+		return c, nil, nil // a topic column is set and no template given
+	}
+	// A template given alongside a topic column is still checked: it is
+	// unused, but a typo in it should not wait for the column to be removed.
+	t, err := compileTemplate(c.TopicTemplate)
+	if err != nil {
+		return c, nil, configError("topic_template " + strconv.Quote(c.TopicTemplate) + ": " + err.Error())
+	}
+	if c.Columns.Topic != "" {
+		return c, nil, nil
+	}
+	return c, t, nil
+}
+
+// ref is a parsed column setting: a column, optionally with a top-level JSON
+// key to extract from it.
+type ref struct {
+	spec   string // as configured, for messages
+	column string
+	key    string
+	json   bool // column->>key
+}
+
+const jsonArrow = "->>"
+
+func parseRef(s string) (ref, error) {
+	col, key, isJSON := strings.Cut(s, jsonArrow)
+	switch {
+	case col == "":
+		return ref{}, fmt.Errorf("%q: empty column name", s)
+	case isJSON && key == "":
+		return ref{}, fmt.Errorf("%q: empty key after ->>", s)
+	}
+	return ref{spec: s, column: col, key: key, json: isJSON}, nil
+}
+
+// template is a compiled topic template: literal and placeholder segments in
+// order. Compiling once means Route only appends bytes.
+type template struct {
+	segs    []segment
+	refs    []ref  // placeholders, indexed by segment.ref
+	columns string // placeholder names joined by ", ", for errors about the rendered topic
+}
+
+// segment is a literal (ref < 0) or a placeholder (index into template.refs).
+type segment struct {
+	lit string
+	ref int
+}
+
+func compileTemplate(s string) (*template, error) {
+	if s == "" {
+		return nil, fmt.Errorf("empty template")
+	}
+	t := &template{}
+	for i := 0; i < len(s); {
+		switch s[i] {
+		case '{':
+			end := strings.IndexAny(s[i+1:], "{}")
+			if end < 0 || s[i+1+end] == '{' {
+				return nil, fmt.Errorf("unclosed { at offset %d", i)
+			}
+			name := s[i+1 : i+1+end]
+			if name == "" {
+				return nil, fmt.Errorf("empty placeholder {} at offset %d", i)
+			}
+			rf, err := parseRef(name)
+			if err != nil {
+				return nil, fmt.Errorf("placeholder at offset %d: %v", i, err)
+			}
+			t.segs = append(t.segs, segment{ref: len(t.refs)})
+			t.refs = append(t.refs, rf)
+			if t.columns != "" {
+				t.columns += ", "
+			}
+			t.columns += name
+			i += end + 2
+		case '}':
+			return nil, fmt.Errorf("unmatched } at offset %d", i)
+		default:
+			end := strings.IndexAny(s[i:], "{}")
+			if end < 0 {
+				end = len(s) - i
+			}
+			lit := s[i : i+end]
+			for j := 0; j < len(lit); j++ {
+				if !topicByte(lit[j]) {
+					return nil, fmt.Errorf("literal character %q at offset %d is not allowed in a Kafka topic name "+
+						"(only a-z A-Z 0-9 . _ -)", lit[j:j+1], i+j)
+				}
+			}
+			t.segs = append(t.segs, segment{lit: lit, ref: -1})
+			i += end
+		}
+	}
+	if len(t.refs) == 0 {
+		if why := topicProblem(s); why != "" {
+			return nil, fmt.Errorf("%s", why)
+		}
+	} else if n := t.literalLen(); n > maxTopicLen {
+		return nil, fmt.Errorf("literal text alone is %d characters, over Kafka's %d-character topic limit", n, maxTopicLen)
+	}
+	return t, nil
+}
+
+func (t *template) literalLen() int {
+	n := 0
+	for _, s := range t.segs {
+		n += len(s.lit)
+	}
+	return n
+}
+
+// maxTopicLen is Kafka's topic name limit (kafka.common.internals.Topic).
+const maxTopicLen = 249
+
+func topicByte(b byte) bool {
+	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-'
+}
+
+// topicProblem returns why Kafka would reject name as a topic, or "".
+// Kafka's rule: 1 to 249 characters of [a-zA-Z0-9._-], and not "." or "..".
+func topicProblem[T string | []byte](name T) string {
+	switch {
+	case len(name) == 0:
+		return "topic name is empty"
+	case len(name) > maxTopicLen:
+		return "topic name is " + strconv.Itoa(len(name)) + " characters, over Kafka's limit of 249"
+	case string(name) == "." || string(name) == "..":
+		return `topic name cannot be "." or ".."`
+	}
+	for i := 0; i < len(name); i++ {
+		if !topicByte(name[i]) {
+			return "topic name contains " + strconv.Quote(string(name[i:i+1])) +
+				" at offset " + strconv.Itoa(i) + "; Kafka allows only a-z A-Z 0-9 . _ -"
+		}
+	}
+	return ""
+}

@@ -1,0 +1,164 @@
+package slotctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Defaults of Config.
+const (
+	DefaultTable       = "public.outbox"
+	DefaultSlot        = "walbox"
+	DefaultPublication = "walbox"
+)
+
+// Config names the objects slotctl checks and manages. The zero value means
+// all defaults with CreateMissing off. A Config is a plain value, safe to
+// copy and to read concurrently.
+//
+// Names are written as stored in the catalog: unquoted and case-sensitive
+// ("Outbox" is the table created as "Outbox", not outbox), matching the
+// walbox configuration.
+type Config struct {
+	// Table is the outbox table as "schema.table", or "table" meaning
+	// "public.table". Names containing a dot are not supported. Default
+	// "public.outbox".
+	Table string
+	// Slot is the logical replication slot: [a-z0-9_]{1,63}, as Postgres
+	// requires. Default "walbox".
+	Slot string
+	// Publication is the publication pgoutput streams. Default "walbox".
+	Publication string
+	// CreateMissing lets EnsurePublication and EnsureSlot create what is
+	// missing; when false they only verify and return ErrPublicationNotFound
+	// or ErrSlotNotFound. Default false.
+	CreateMissing bool
+}
+
+// WithDefaults returns c with empty names replaced by their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.Slot == "" {
+		c.Slot = DefaultSlot
+	}
+	if c.Publication == "" {
+		c.Publication = DefaultPublication
+	}
+	return c
+}
+
+// Validate checks the names of c.WithDefaults(); empty names are valid and
+// mean the defaults. Errors wrap ErrInvalidConfig.
+func (c Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolved is a validated Config with the table split.
+type resolved struct {
+	table         TableName
+	slot          string
+	publication   string
+	createMissing bool
+}
+
+func (c Config) resolve() (resolved, error) {
+	c = c.WithDefaults()
+	table, err := ParseTableName(c.Table)
+	if err := errors.Join(err, ValidateSlotName(c.Slot), validatePublication(c.Publication)); err != nil {
+		return resolved{}, err
+	}
+	return resolved{table: table, slot: c.Slot, publication: c.Publication, createMissing: c.CreateMissing}, nil
+}
+
+// TableName is a schema-qualified table name as stored in the catalog.
+type TableName struct {
+	Schema string
+	Name   string
+}
+
+// ParseTableName parses "schema.table" or "table" (schema public). Errors
+// wrap ErrInvalidConfig.
+func ParseTableName(s string) (TableName, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) == 1 {
+		parts = []string{"public", parts[0]}
+	}
+	if len(parts) != 2 {
+		return TableName{}, fmt.Errorf("%w: table %q: expected schema.table such as public.outbox (names containing a dot are not supported)", ErrInvalidConfig, s)
+	}
+	for _, p := range parts {
+		if why := identProblem(p); why != "" {
+			return TableName{}, fmt.Errorf("%w: table %q: %q: %s", ErrInvalidConfig, s, p, why)
+		}
+	}
+	return TableName{Schema: parts[0], Name: parts[1]}, nil
+}
+
+// String returns "schema.table", unquoted, for messages.
+func (t TableName) String() string { return t.Schema + "." + t.Name }
+
+// Sanitize returns the name quoted for SQL: "schema"."table".
+func (t TableName) Sanitize() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// maxIdentLen is NAMEDATALEN-1: Postgres silently truncates longer names,
+// which would make us look for a different object than the one created.
+const maxIdentLen = 63
+
+func identProblem(s string) string {
+	switch {
+	case s == "":
+		return "it is empty"
+	case len(s) > maxIdentLen:
+		return fmt.Sprintf("it is %d bytes long, Postgres keeps only %d", len(s), maxIdentLen)
+	case strings.ContainsRune(s, '"'):
+		return "write it without quotes, exactly as stored; names are case-sensitive here"
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return fmt.Sprintf("it contains the character %q", r)
+		}
+	}
+	return ""
+}
+
+var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// ValidateSlotName checks a replication slot name the way Postgres does:
+// 1 to 63 characters among lower-case letters, digits and underscore. Errors
+// wrap ErrInvalidConfig.
+func ValidateSlotName(name string) error {
+	if !slotNameRE.MatchString(name) {
+		return fmt.Errorf("%w: slot %q: replication slot names are 1 to 63 characters of a-z, 0-9 and _", ErrInvalidConfig, name)
+	}
+	return nil
+}
+
+// validatePublication checks a bare publication name.
+func validatePublication(name string) error {
+	if why := identProblem(name); why != "" {
+		return fmt.Errorf("%w: publication %q: %s", ErrInvalidConfig, name, why)
+	}
+	return nil
+}
+
+// Querier is what slotctl needs of a connection: *pgx.Conn, *pgxpool.Pool
+// and pgx.Tx all satisfy it. It must be an ordinary session, not a
+// replication connection. Creating a slot fails inside a transaction that
+// has already written.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var _ Querier = (*pgx.Conn)(nil)

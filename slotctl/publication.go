@@ -1,0 +1,288 @@
+package slotctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PublicationInfo describes a publication as the catalog holds it.
+type PublicationInfo struct {
+	Name      string
+	OID       uint32
+	Owner     string
+	AllTables bool // FOR ALL TABLES
+	// Operations published (the publish option).
+	Insert, Update, Delete, Truncate bool
+	// ViaRoot is publish_via_partition_root: changes to partitions are
+	// published as changes to their partitioned root table.
+	ViaRoot bool
+	// Tables are the tables whose changes are published, sorted, as
+	// pg_publication_tables lists them (partitions instead of their root
+	// unless ViaRoot; every table for AllTables).
+	Tables []TableName
+}
+
+// InspectPublication reads a publication of the current database.
+// ErrPublicationNotFound if it does not exist.
+func InspectPublication(ctx context.Context, conn Querier, name string) (PublicationInfo, error) {
+	if err := validatePublication(name); err != nil {
+		return PublicationInfo{}, err
+	}
+	p := PublicationInfo{Name: name}
+	err := conn.QueryRow(ctx, `
+SELECT p.oid, pg_get_userbyid(p.pubowner)::text, p.puballtables,
+       p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot
+FROM pg_publication p
+WHERE p.pubname = $1`, name).Scan(&p.OID, &p.Owner, &p.AllTables,
+		&p.Insert, &p.Update, &p.Delete, &p.Truncate, &p.ViaRoot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, fmt.Errorf("%w: publication %q does not exist in this database", ErrPublicationNotFound, name)
+	}
+	if err != nil {
+		return p, fmt.Errorf("slotctl: read publication %q: %w", name, err)
+	}
+	rows, err := conn.Query(ctx, `
+SELECT schemaname::text, tablename::text
+FROM pg_publication_tables
+WHERE pubname = $1
+ORDER BY 1, 2`, name)
+	if err != nil {
+		return p, fmt.Errorf("slotctl: list tables of publication %q: %w", name, err)
+	}
+	p.Tables, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (TableName, error) {
+		var t TableName
+		err := row.Scan(&t.Schema, &t.Name)
+		return t, err
+	})
+	if err != nil {
+		return p, fmt.Errorf("slotctl: list tables of publication %q: %w", name, err)
+	}
+	return p, nil
+}
+
+// EnsurePublication makes sure cfg's publication publishes the inserts of
+// cfg's table and nothing else that walbox would receive. A missing
+// publication is created when cfg.CreateMissing (see CreatePublication),
+// else ErrPublicationNotFound. An existing one must list exactly the table
+// (its partitions count as the table), publish inserts, publish a
+// partitioned table via its root, and have no row filter or column list;
+// otherwise ErrPublicationMismatch says what differs and how to fix it.
+// Publishing updates, deletes or truncates as well is accepted: walbox
+// ignores them.
+func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
+	r, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	t, err := lookupTable(ctx, conn, r.table)
+	if err != nil {
+		return err
+	}
+	pub, err := InspectPublication(ctx, conn, r.publication)
+	if errors.Is(err, ErrPublicationNotFound) {
+		if !r.createMissing {
+			return fmt.Errorf("%w: publication %q does not exist; create it with `slotctl create`, or have an admin run migrations/002_publication.sql", ErrPublicationNotFound, r.publication)
+		}
+		err = createPublication(ctx, conn, r, t)
+		if err == nil || sqlState(err) != codeDuplicateObject {
+			return err
+		}
+		// Created concurrently by another walbox or an admin: verify theirs.
+		pub, err = InspectPublication(ctx, conn, r.publication)
+	}
+	if err != nil {
+		return err
+	}
+	return checkPublication(ctx, conn, pub, r, t)
+}
+
+// checkPublication compares an existing publication with what walbox needs.
+func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r resolved, t tableInfo) error {
+	name := pgx.Identifier{pub.Name}.Sanitize()
+	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", name, r.table.Sanitize())
+	var diffs, fixes []string
+	addFix := func(f string) {
+		for _, have := range fixes {
+			if have == f {
+				return
+			}
+		}
+		fixes = append(fixes, f)
+	}
+
+	if pub.AllTables {
+		diffs = append(diffs, "is FOR ALL TABLES, so walbox would receive the inserts of every table")
+		addFix(fmt.Sprintf("DROP PUBLICATION %s and create it again with migrations/002_publication.sql (a FOR ALL TABLES publication cannot be narrowed)", name))
+	} else {
+		ours, extra, err := publicationMembers(ctx, conn, pub.Name, t.oid)
+		if err != nil {
+			return err
+		}
+		if !ours {
+			diffs = append(diffs, fmt.Sprintf("does not include %s", r.table))
+			addFix(setTable)
+		}
+		if len(extra) > 0 {
+			diffs = append(diffs, fmt.Sprintf("also publishes %s", strings.Join(extra, ", ")))
+			addFix(setTable)
+		}
+		filtered, columns, err := publicationFilters(ctx, conn, pub.OID, t.oid)
+		if err != nil {
+			return err
+		}
+		if filtered {
+			diffs = append(diffs, fmt.Sprintf("filters the rows of %s with a WHERE clause, so walbox would silently miss events", r.table))
+			addFix(setTable)
+		}
+		if columns {
+			diffs = append(diffs, fmt.Sprintf("publishes only some columns of %s", r.table))
+			addFix(setTable)
+		}
+	}
+	if !pub.Insert {
+		diffs = append(diffs, "does not publish inserts")
+		addFix(fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", name))
+	}
+	if t.partitioned && !pub.ViaRoot {
+		diffs = append(diffs, fmt.Sprintf("publishes the partitions of %s under their own names", r.table))
+		addFix(fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", name))
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: publication %q %s; fix it as its owner with: %s; or choose another publication with --publication",
+		ErrPublicationMismatch, pub.Name, strings.Join(diffs, "; "), strings.Join(fixes, "; "))
+}
+
+// publicationMembers reports whether the publication covers the table with
+// OID tableOID (directly or through its partitions) and lists the other
+// tables it covers.
+func publicationMembers(ctx context.Context, conn Querier, pub string, tableOID uint32) (ours bool, extra []string, err error) {
+	rows, err := conn.Query(ctx, `
+SELECT pt.schemaname::text || '.' || pt.tablename::text,
+       c.oid = $2 OR COALESCE(pg_partition_root(c.oid)::oid = $2, false)
+FROM pg_publication_tables pt
+JOIN pg_namespace n ON n.nspname = pt.schemaname
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+WHERE pt.pubname = $1
+ORDER BY 1`, pub, tableOID)
+	if err != nil {
+		return false, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			name  string
+			isOur bool
+		)
+		if err := rows.Scan(&name, &isOur); err != nil {
+			return false, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
+		}
+		if isOur {
+			ours = true
+		} else {
+			extra = append(extra, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
+	}
+	return ours, extra, nil
+}
+
+// publicationFilters reports a row filter or column list (PostgreSQL 15+) on
+// the table's entry in the publication.
+func publicationFilters(ctx context.Context, conn Querier, pubOID, tableOID uint32) (filtered, columns bool, err error) {
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return false, false, fmt.Errorf("slotctl: read server version: %w", err)
+	}
+	if version < 150000 {
+		return false, false, nil // neither exists before 15
+	}
+	err = conn.QueryRow(ctx, `
+SELECT pr.prqual IS NOT NULL, pr.prattrs IS NOT NULL
+FROM pg_publication_rel pr
+WHERE pr.prpubid = $1 AND pr.prrelid = $2`, pubOID, tableOID).Scan(&filtered, &columns)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil // covered through FOR TABLES IN SCHEMA, or not at all
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("slotctl: read publication filters: %w", err)
+	}
+	return filtered, columns, nil
+}
+
+// CreatePublication creates cfg's publication for cfg's table, publishing
+// inserts only (and via the root for a partitioned table):
+//
+//	CREATE PUBLICATION "walbox" FOR TABLE "public"."outbox" WITH (publish = 'insert')
+//
+// PostgreSQL requires the role to own the table (and have CREATE on the
+// database); otherwise ErrPublicationPrivilege says to have an admin run
+// migrations/002_publication.sql. The error of an existing publication
+// carries SQLSTATE 42710.
+func CreatePublication(ctx context.Context, conn Querier, cfg Config) error {
+	r, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	t, err := lookupTable(ctx, conn, r.table)
+	if err != nil {
+		return err
+	}
+	return createPublication(ctx, conn, r, t)
+}
+
+func createPublication(ctx context.Context, conn Querier, r resolved, t tableInfo) error {
+	with := "publish = 'insert'"
+	if t.partitioned {
+		// Without it, rows arrive under each partition's name, not the outbox's.
+		with += ", publish_via_partition_root = true"
+	}
+	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)",
+		pgx.Identifier{r.publication}.Sanitize(), r.table.Sanitize(), with)
+	_, err := conn.Exec(ctx, sql)
+	switch sqlState(err) {
+	case "":
+		if err != nil {
+			return fmt.Errorf("slotctl: create publication %q: %w", r.publication, err)
+		}
+		return nil
+	case codeInsufficientPrivilege:
+		return fmt.Errorf("%w: creating publication %q needs ownership of %s and CREATE on the database; "+
+			"have an admin run migrations/002_publication.sql, or run `slotctl create` as the table's owner: %w",
+			ErrPublicationPrivilege, r.publication, r.table, err)
+	case codeUndefinedTable:
+		return fmt.Errorf("%w: table %s: %w", ErrTableNotFound, r.table, err)
+	default:
+		return fmt.Errorf("slotctl: create publication %q: %w", r.publication, err)
+	}
+}
+
+// DropPublication drops a publication of the current database.
+// ErrPublicationNotFound if there is none; ErrPublicationPrivilege unless
+// the role owns it. A slot streaming it fails on its next change afterwards.
+func DropPublication(ctx context.Context, conn Querier, name string) error {
+	if err := validatePublication(name); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, "DROP PUBLICATION "+pgx.Identifier{name}.Sanitize())
+	switch sqlState(err) {
+	case "":
+		if err != nil {
+			return fmt.Errorf("slotctl: drop publication %q: %w", name, err)
+		}
+		return nil
+	case codeUndefinedObject:
+		return fmt.Errorf("%w: publication %q does not exist in this database", ErrPublicationNotFound, name)
+	case codeInsufficientPrivilege:
+		return fmt.Errorf("%w: only the owner of publication %q (or a superuser) may drop it: %w", ErrPublicationPrivilege, name, err)
+	default:
+		return fmt.Errorf("slotctl: drop publication %q: %w", name, err)
+	}
+}
