@@ -58,6 +58,22 @@ func newFixture(t *testing.T, brokers []string) *fixture {
 	}
 }
 
+// slotPosition describes the slot's confirmed position against the WAL end.
+func (f *fixture) slotPosition(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, f.pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var confirmed, current string
+	if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM pg_replication_slots WHERE slot_name = 'walbox'`).Scan(&confirmed, &current); err != nil {
+		t.Fatal(err)
+	}
+	return "confirmed " + confirmed + ", wal end " + current
+}
+
 func kfakeBrokers(t *testing.T) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
@@ -186,8 +202,10 @@ func TestCrashRestartLosesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))
-	const total, kills = 6000, 4
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), 7, 50, 40, total, 20*time.Millisecond)
+	const kills = 4
+	// The writer runs until the kills are done, so every kill lands while
+	// transactions are still being committed; the limit is only a backstop.
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 7, 50, 40, 200_000, 20*time.Millisecond)
 	col := startCollector(ctx, t, f.brokers)
 
 	p := startWalbox(t, f.env)
@@ -203,10 +221,13 @@ func TestCrashRestartLosesNothing(t *testing.T) {
 		})
 		p.kill()
 		written, _ := w.snapshot()
-		t.Logf("kill %d: SIGKILL with %d distinct events consumed of %d written", k, col.distinct(), len(written))
+		t.Logf("kill %d: SIGKILL with %d distinct events consumed of %d written; slot %s", k, col.distinct(), len(written), f.slotPosition(t))
 		p = startWalbox(t, f.env)
 	}
-	<-w.done
+	// Let the last process move some events before the writer stops.
+	target := col.distinct() + 400
+	waitUntil(ctx, t, time.Minute, "progress after the last restart", func() bool { return col.distinct() >= target })
+	w.halt()
 	written, err := w.snapshot()
 	if err != nil {
 		t.Fatalf("writer: %v", err)
@@ -231,16 +252,17 @@ func TestGracefulStopThenRestartSendsNoDuplicates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))
-	const total = 4000
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), 11, 50, 100, total, 20*time.Millisecond)
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 11, 50, 100, 200_000, 20*time.Millisecond)
 	col := startCollector(ctx, t, f.brokers)
 	p := startWalbox(t, f.env)
-	waitUntil(ctx, t, time.Minute, "events to flow", func() bool { return col.distinct() >= total/3 })
+	waitUntil(ctx, t, time.Minute, "events to flow", func() bool { return col.distinct() >= 1000 })
 	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM under load, want 0", code)
 	}
 	p = startWalbox(t, f.env)
-	<-w.done
+	target := col.distinct() + 1000
+	waitUntil(ctx, t, time.Minute, "events to flow after the restart", func() bool { return col.distinct() >= target })
+	w.halt()
 	written, err := w.snapshot()
 	if err != nil {
 		t.Fatalf("writer: %v", err)
