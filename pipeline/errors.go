@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // ErrStopped is returned by Relay.Run when it stopped because its context was
@@ -26,8 +27,24 @@ type ProduceError struct {
 }
 
 func (e *ProduceError) Error() string {
-	return fmt.Sprintf("kafka refused event %q (lsn %s) for topic %q: %v; the slot is not confirmed past it, fix the cause and restart walbox to resend",
-		e.EventID, e.LSN, e.Topic, e.Err)
+	return fmt.Sprintf("kafka refused event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
+		e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
+}
+
+// produceHint says what to do about the refusals operators meet.
+func produceHint(err error) string {
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		return "the topic does not exist and the broker does not create topics automatically: create it, or enable auto.create.topics.enable on the brokers"
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return "the record is larger than the topic's max.message.bytes or --producer-batch-max-bytes: store large payloads elsewhere and send a reference, raise the limits, or set --invalid-rows=dead-letter to divert such rows"
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return "the Kafka principal lacks permission: grant WRITE (and IDEMPOTENT_WRITE on the cluster for older brokers) to walbox's principal"
+	case errors.Is(err, kerr.InvalidTopicException):
+		return "Kafka rejects the topic name: check --topic and the routed column values"
+	default:
+		return "check the broker logs"
+	}
 }
 
 func (e *ProduceError) Unwrap() error { return e.Err }
@@ -86,3 +103,9 @@ type connectionLostError struct{ err error }
 
 func (e *connectionLostError) Error() string { return "replication connection lost: " + e.err.Error() }
 func (e *connectionLostError) Unwrap() error { return e.err }
+
+// isSlotBusy reports SQLSTATE 55006 (object_in_use) on START_REPLICATION.
+func isSlotBusy(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+}

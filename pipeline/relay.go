@@ -56,6 +56,15 @@ type Config struct {
 	MaxInflightBytes   int64
 	// BackoffMin and BackoffMax bound the reconnect delay (500ms, 30s).
 	BackoffMin, BackoffMax time.Duration
+	// DeadLetterTopic, when set, receives records Kafka refuses for what
+	// they are (too large, invalid); empty means such a refusal stops the
+	// relay. It should match the router's dead-letter policy.
+	DeadLetterTopic string
+	// SlotBusyTimeout is how long a slot held by another process (SQLSTATE
+	// 55006) is waited for before giving up (2m): long enough for a killed
+	// predecessor's walsender to notice (wal_sender_timeout, 60s by
+	// default), short enough to report a second walbox on the same slot.
+	SlotBusyTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -70,6 +79,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxInflightBytes <= 0 {
 		c.MaxInflightBytes = 64 << 20
+	}
+	if c.SlotBusyTimeout <= 0 {
+		c.SlotBusyTimeout = 2 * time.Minute
 	}
 	if c.BackoffMin <= 0 {
 		c.BackoffMin = 500 * time.Millisecond
@@ -107,6 +119,7 @@ type Relay struct {
 	metrics  *metrics
 	inflight *inflight
 	dedup    *lru.Cache[string, struct{}]
+	reroute  rerouteQueue
 
 	// Owned by the loop goroutine.
 	tracker *checkpoint.Tracker
@@ -173,6 +186,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	r.tracker = checkpoint.New(start)
 	r.metrics.confirmedLSN.Set(float64(start))
 	attempt := 0
+	var busySince time.Time
 	for {
 		streamed, err := r.session(ctx)
 		r.streaming.Store(false)
@@ -188,6 +202,16 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		}
 		if streamed {
 			attempt = 0
+		}
+		if isSlotBusy(err) {
+			if busySince.IsZero() {
+				busySince = time.Now()
+			} else if time.Since(busySince) > r.cfg.SlotBusyTimeout {
+				return fmt.Errorf("%w: slot %q has been in use by another process for %s; is another walbox running on it? Stop it, or give this one its own --slot (and publication)",
+					err, r.cfg.Slot, r.cfg.SlotBusyTimeout)
+			}
+		} else {
+			busySince = time.Time{}
 		}
 		r.metrics.reconnects.Inc()
 		// Let everything in flight settle before replaying: records Kafka

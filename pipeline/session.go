@@ -105,6 +105,7 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
+		l.produceRerouted()
 		if l.inflight.full() {
 			l.waitForAcks(ctx)
 			continue
@@ -121,7 +122,11 @@ func (l *loop) run(ctx context.Context) error {
 // waitForAcks parks the loop until an ack frees room, the next status update
 // is due, the relay fails, or ctx ends.
 func (l *loop) waitForAcks(ctx context.Context) {
-	t := time.NewTimer(time.Until(l.nextStatus))
+	d := time.Until(l.nextStatus)
+	if d <= 0 {
+		d = 10 * time.Millisecond // status is sent by the caller; just poll
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-l.inflight.wake:
@@ -222,31 +227,81 @@ func (l *loop) handleInsert(ins *decoder.Insert) error {
 			"event_id", routed.EventID, "lsn", ins.LSN.String(), "xid", ins.XID,
 			"topic", routed.Record.Topic, "reason", routed.Reason)
 	}
-	rec := routed.Record
-	size := recordSize(rec)
-	txn, eventID, lsn, commitTime, deadLetter := l.txn, routed.EventID, ins.LSN, ins.CommitTime, routed.DeadLetter
-	txn.Add(1)
-	l.inflight.add(size)
-	l.producer.Produce(l.produceCtx, rec, func(rec *kgo.Record, err error) {
-		l.inflight.release(size)
-		if err != nil {
-			l.metrics.produceErrors.Inc()
-			l.fail(&ProduceError{Topic: rec.Topic, EventID: eventID, LSN: lsn, Err: err})
-			return
-		}
-		if eventID != "" && l.dedup != nil {
-			l.dedup.Add(eventID, struct{}{})
-		}
-		txn.Ack()
-		now := time.Now()
-		l.metrics.eventsProduced.Inc()
-		if deadLetter {
-			l.metrics.eventsDeadLettered.Inc()
-		}
-		l.metrics.commitToAck.Observe(now.Sub(commitTime).Seconds())
-		l.metrics.lastAck.Set(float64(now.UnixNano()) / 1e9)
+	l.txn.Add(1)
+	l.produce(routed.Record, &inflightRecord{
+		txn: l.txn, eventID: routed.EventID, lsn: ins.LSN, xid: ins.XID,
+		table: ins.Relation.QualifiedName(), commitTime: ins.CommitTime, deadLetter: routed.DeadLetter,
 	})
 	return nil
+}
+
+// inflightRecord is what the promise of one record needs to settle it.
+type inflightRecord struct {
+	txn        *checkpoint.Txn
+	eventID    string
+	lsn        pglogrepl.LSN
+	xid        uint32
+	table      string
+	commitTime time.Time
+	deadLetter bool
+	size       int64
+	// rejected is the broker's or client's refusal of the original record
+	// when it is re-sent to the dead-letter topic.
+	rejected error
+}
+
+// produce hands rec to the producer. Only the loop calls it, after checking
+// the in-flight limit, so Produce never blocks.
+func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
+	m.size = recordSize(rec)
+	l.inflight.add(m.size)
+	l.producer.Produce(l.produceCtx, rec, func(rec *kgo.Record, err error) { l.settle(rec, m, err) })
+}
+
+// settle runs in a franz-go callback goroutine.
+func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
+	if err != nil {
+		l.metrics.produceErrors.Inc()
+		if l.cfg.DeadLetterTopic != "" && !m.deadLetter && recordRejected(err) {
+			// The record itself is unacceptable (too large, say):
+			// under the dead-letter policy it goes to the dead-letter
+			// topic instead. The loop produces it, because a promise
+			// must not block on the producer's buffer. The in-flight
+			// slot is released only after queueing, so the loop is
+			// woken with the record already there.
+			m.rejected = err
+			l.reroute.push(rec, m)
+			l.inflight.release(m.size)
+			return
+		}
+		l.inflight.release(m.size)
+		l.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: err})
+		return
+	}
+	l.inflight.release(m.size)
+	if m.eventID != "" && l.dedup != nil {
+		l.dedup.Add(m.eventID, struct{}{})
+	}
+	m.txn.Ack()
+	now := time.Now()
+	l.metrics.eventsProduced.Inc()
+	if m.deadLetter {
+		l.metrics.eventsDeadLettered.Inc()
+	}
+	l.metrics.commitToAck.Observe(now.Sub(m.commitTime).Seconds())
+	l.metrics.lastAck.Set(float64(now.UnixNano()) / 1e9)
+}
+
+// produceRerouted sends records Kafka refused to the dead-letter topic.
+func (l *loop) produceRerouted() {
+	for _, r := range l.reroute.take() {
+		dl := deadLetterRecord(r.rec, r.m, l.cfg.DeadLetterTopic)
+		r.m.deadLetter = true
+		l.log.Warn("kafka refused an outbox record; routed to the dead-letter topic",
+			"event_id", r.m.eventID, "lsn", r.m.lsn.String(), "xid", r.m.xid, "topic", r.rec.Topic,
+			"dead_letter_topic", l.cfg.DeadLetterTopic, "err", r.m.rejected)
+		l.produce(dl, r.m)
+	}
 }
 
 func recordSize(rec *kgo.Record) int64 {
@@ -291,6 +346,7 @@ func (l *loop) stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
 	for l.dec.InTransaction() && sctx.Err() == nil && l.failureErr() == nil {
+		l.produceRerouted()
 		if l.inflight.full() {
 			l.waitForAcks(sctx)
 			continue
@@ -308,6 +364,11 @@ func (l *loop) stop() error {
 	if l.dec.InTransaction() {
 		l.tracker.Abandon()
 	}
+	for l.inflight.records.Load() > 0 && sctx.Err() == nil && l.failureErr() == nil {
+		l.produceRerouted()
+		l.waitForAcks(sctx)
+	}
+	l.produceRerouted()
 	if err := l.producer.Flush(sctx); err != nil {
 		l.log.Warn("stopping with records still in flight; they will be sent again on the next start",
 			"err", err, "inflight_records", l.inflight.records.Load())

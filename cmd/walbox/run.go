@@ -76,6 +76,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
 		MaxInflightBytes:   cfg.MaxInflightBytes,
 		BackoffMin:         cfg.ReconnectBackoffMin,
 		BackoffMax:         cfg.ReconnectBackoffMax,
+		DeadLetterTopic:    deadLetterTopic(cfg),
 	}, kcl, rt, reg, log)
 	if err != nil {
 		return err
@@ -159,6 +160,15 @@ func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config,
 			return nil, nil
 		}
 	}
+}
+
+// deadLetterTopic is where records Kafka refuses go: only under the
+// dead-letter policy; under fail, a refusal stops walbox.
+func deadLetterTopic(cfg config.Config) string {
+	if cfg.InvalidRows == config.InvalidRowsDeadLetter {
+		return cfg.DeadLetterTopic
+	}
+	return ""
 }
 
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
