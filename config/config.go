@@ -66,6 +66,10 @@ type Config struct {
 	// StatusInterval is how often the confirmed position is reported to
 	// Postgres; > 0. Default 1s.
 	StatusInterval time.Duration
+	// PGReceiveTimeout is how long the replication connection may stay
+	// silent before walbox asks the server for a reply (at half of it) and
+	// then gives the connection up as dead and reconnects.
+	PGReceiveTimeout time.Duration
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration
@@ -119,6 +123,7 @@ func Defaults() Config {
 		InvalidRows:           InvalidRowsFail,
 		MetricsAddr:           "127.0.0.1:9187",
 		StatusInterval:        time.Second,
+		PGReceiveTimeout:      30 * time.Second,
 		ShutdownTimeout:       30 * time.Second,
 		DedupWindow:           100_000,
 		MaxInflightRecords:    10_000,

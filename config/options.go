@@ -101,6 +101,12 @@ var options = []*option{
 		value: durationValue(func(c *Config) *time.Duration { return &c.StatusInterval }),
 		check: func(c *Config) error { return checkPositive(c.StatusInterval) },
 	},
+	{
+		flag: "pg-receive-timeout", env: "WALBOX_PG_RECEIVE_TIMEOUT", yaml: "pg_receive_timeout", group: groupPostgres,
+		help:  "A replication connection silent this long is taken as dead and reopened (a reply is requested at half of it); like wal_receiver_timeout",
+		value: durationValue(func(c *Config) *time.Duration { return &c.PGReceiveTimeout }),
+		check: func(c *Config) error { return checkPositive(c.PGReceiveTimeout) },
+	},
 
 	// Kafka.
 	{

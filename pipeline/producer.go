@@ -51,6 +51,9 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 		// and walbox stops naming the topic.
 		kgo.AllowAutoTopicCreation(),
 		kgo.ProducerLinger(c.Linger),
+		// franz-go waits 5s by default between metadata loads; a topic
+		// the broker has just auto-created would stall produces that long.
+		kgo.MetadataMinAge(500 * time.Millisecond),
 	}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))

@@ -45,6 +45,13 @@ type Config struct {
 	Publication string
 	// StatusInterval is how often a standby status update is sent (1s).
 	StatusInterval time.Duration
+	// ReceiveTimeout is how long the replication connection may stay
+	// silent (30s). At half of it the status update asks the server for a
+	// reply; past it the connection is given up as dead, which is how a
+	// connection stalled without being closed (a partition, a hung proxy)
+	// is noticed: the server only pings a client that stops replying, and
+	// writes into a dead socket succeed for a long time.
+	ReceiveTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight acks on stop (30s).
 	ShutdownTimeout time.Duration
 	// DedupWindow is how many acknowledged event ids are remembered to skip
@@ -70,6 +77,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = time.Second
+	}
+	if c.ReceiveTimeout <= 0 {
+		c.ReceiveTimeout = 30 * time.Second
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 30 * time.Second

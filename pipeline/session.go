@@ -49,7 +49,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
-	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx)}
+	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now()}
 	return true, l.run(ctx)
 }
 
@@ -90,6 +90,8 @@ type loop struct {
 	received   pglogrepl.LSN
 	nextStatus time.Time
 	sentLSN    pglogrepl.LSN
+	// lastReceive is when the server last sent anything.
+	lastReceive time.Time
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -100,6 +102,10 @@ func (l *loop) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return l.stop()
 		}
+		if silent := time.Since(l.lastReceive); silent > l.cfg.ReceiveTimeout {
+			return &connectionLostError{err: fmt.Errorf("nothing received from the server for %s (receive timeout %s); reconnecting",
+				silent.Round(time.Millisecond), l.cfg.ReceiveTimeout)}
+		}
 		if !time.Now().Before(l.nextStatus) {
 			if err := l.sendStatus(ctx); err != nil {
 				return err
@@ -108,6 +114,9 @@ func (l *loop) run(ctx context.Context) error {
 		l.produceRerouted()
 		if l.inflight.full() {
 			l.waitForAcks(ctx)
+			// Not reading is not the server's silence: whatever it sent
+			// meanwhile waits in the socket.
+			l.lastReceive = time.Now()
 			continue
 		}
 		if err := l.receive(ctx, l.nextStatus); err != nil {
@@ -147,6 +156,7 @@ func (l *loop) receive(ctx context.Context, deadline time.Time) error {
 		}
 		return err
 	}
+	l.lastReceive = time.Now()
 	switch msg := raw.(type) {
 	case *pgproto3.CopyData:
 		return l.handleCopyData(msg.Data)
@@ -326,6 +336,9 @@ func (l *loop) sendStatus(ctx context.Context) error {
 		WALFlushPosition: lsn,
 		WALApplyPosition: lsn,
 		ClientTime:       time.Now(),
+		// Ask for a keepalive when the server has been quiet, so a live
+		// connection always answers within ReceiveTimeout.
+		ReplyRequested: time.Since(l.lastReceive) > l.cfg.ReceiveTimeout/2,
 	})
 	if err != nil {
 		return &connectionLostError{err: fmt.Errorf("send standby status update at %s: %w", lsn, err)}

@@ -70,6 +70,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
 		Slot:               cfg.Slot,
 		Publication:        cfg.Publication,
 		StatusInterval:     cfg.StatusInterval,
+		ReceiveTimeout:     cfg.PGReceiveTimeout,
 		ShutdownTimeout:    cfg.ShutdownTimeout,
 		DedupWindow:        cfg.DedupWindow,
 		MaxInflightRecords: cfg.MaxInflightRecords,

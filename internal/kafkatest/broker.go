@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -422,6 +423,29 @@ func (b *Broker) Kill() error {
 	b.proc.kill()
 	commitArchive(b.dumpPath, b.archive, false)
 	b.proc, b.dumpPath = nil, ""
+	return nil
+}
+
+// Pause stops the broker JVM with SIGSTOP: its connections stay open but
+// nothing answers, like a stalled host or a network partition that drops
+// packets. Resume continues it.
+func (b *Broker) Pause() error { return b.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused broker with SIGCONT.
+func (b *Broker) Resume() error { return b.signal(syscall.SIGCONT) }
+
+func (b *Broker) signal(sig syscall.Signal) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkFault(); err != nil {
+		return err
+	}
+	if b.proc == nil {
+		return ErrNotRunning
+	}
+	if err := syscall.Kill(-b.proc.pid(), sig); err != nil {
+		return fmt.Errorf("kafkatest: %v to broker pid %d: %w", sig, b.proc.pid(), err)
+	}
 	return nil
 }
 
