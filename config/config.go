@@ -70,6 +70,10 @@ type Config struct {
 	// silent before walbox asks the server for a reply (at half of it) and
 	// then gives the connection up as dead and reconnects.
 	PGReceiveTimeout time.Duration
+	// SlotBusyTimeout is how long walbox waits for a slot another process
+	// holds (a killed predecessor's walsender lingers until it notices)
+	// before it stops with an error.
+	SlotBusyTimeout time.Duration
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration
@@ -124,6 +128,7 @@ func Defaults() Config {
 		MetricsAddr:           "127.0.0.1:9187",
 		StatusInterval:        time.Second,
 		PGReceiveTimeout:      30 * time.Second,
+		SlotBusyTimeout:       2 * time.Minute,
 		ShutdownTimeout:       30 * time.Second,
 		DedupWindow:           100_000,
 		MaxInflightRecords:    10_000,

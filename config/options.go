@@ -107,6 +107,12 @@ var options = []*option{
 		value: durationValue(func(c *Config) *time.Duration { return &c.PGReceiveTimeout }),
 		check: func(c *Config) error { return checkPositive(c.PGReceiveTimeout) },
 	},
+	{
+		flag: "slot-busy-timeout", env: "WALBOX_SLOT_BUSY_TIMEOUT", yaml: "slot_busy_timeout", group: groupPostgres,
+		help:  "How long to wait for a slot held by another process (a killed predecessor lingers up to wal_sender_timeout) before stopping with an error",
+		value: durationValue(func(c *Config) *time.Duration { return &c.SlotBusyTimeout }),
+		check: func(c *Config) error { return checkPositive(c.SlotBusyTimeout) },
+	},
 
 	// Kafka.
 	{

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -26,8 +27,15 @@ import (
 // runRelay wires the relay together and runs it until ctx ends. Shutdown
 // order: the relay stops reading WAL, drains in-flight acks and sends its
 // final status update; then the Kafka client and the metrics server close.
-func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
+func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err error) {
 	log := newLogger(cfg, logOut)
+	// A fatal error is one structured log line here and one plain line on
+	// stderr from main: the log for collectors, stderr for whoever ran it.
+	defer func() {
+		if err != nil {
+			log.Error("fatal", "err", err)
+		}
+	}()
 	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))
 
 	rt, err := router.New(router.Config{
@@ -45,7 +53,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
 
 	schema, table := cfg.TableName()
 	slotCfg := slotctl.Config{Table: schema + "." + table, Slot: cfg.Slot, Publication: cfg.Publication, CreateMissing: true}
-	slot, err := prepareSlot(ctx, cfg, slotCfg, log)
+	slot, err := prepareSlot(ctx, cfg, slotCfg, rt, log)
 	if err != nil {
 		return err
 	}
@@ -78,6 +86,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
 		BackoffMin:         cfg.ReconnectBackoffMin,
 		BackoffMax:         cfg.ReconnectBackoffMax,
 		DeadLetterTopic:    deadLetterTopic(cfg),
+		SlotBusyTimeout:    cfg.SlotBusyTimeout,
 	}, kcl, rt, reg, log)
 	if err != nil {
 		return err
@@ -106,9 +115,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
 		}()
 		return relay.Run(gctx, slot.ConfirmedFlushLSN)
 	})
-	err = g.Wait()
-	if err != nil {
-		log.Error("fatal", "err", err)
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	log.Info("stopped cleanly")
@@ -118,7 +125,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) error {
 // prepareSlot checks the server and creates the publication and slot when
 // missing. Connection failures are retried (Postgres may start after walbox);
 // anything a human must fix is returned at once. A nil slot means ctx ended.
-func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config, log *slog.Logger) (*slotctl.SlotInfo, error) {
+func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config, rt *router.Router, log *slog.Logger) (*slotctl.SlotInfo, error) {
 	for attempt := 0; ; attempt++ {
 		slot, err := func() (*slotctl.SlotInfo, error) {
 			conn, err := pgx.Connect(ctx, cfg.PGDSN)
@@ -128,6 +135,9 @@ func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config,
 			defer conn.Close(context.Background())
 			info, err := slotctl.Preflight(ctx, conn, slotCfg)
 			if err != nil {
+				return nil, err
+			}
+			if err := checkTableColumns(ctx, conn, slotCfg.Table, rt); err != nil {
 				return nil, err
 			}
 			if err := slotctl.EnsurePublication(ctx, conn, slotCfg); err != nil {
@@ -170,6 +180,23 @@ func deadLetterTopic(cfg config.Config) string {
 		return cfg.DeadLetterTopic
 	}
 	return ""
+}
+
+// checkTableColumns refuses to start when the routing names a column the
+// outbox table lacks; otherwise the first row would fail instead.
+func checkTableColumns(ctx context.Context, conn *pgx.Conn, table string, rt *router.Router) error {
+	schema, name, _ := strings.Cut(table, ".")
+	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+		pgx.Identifier{schema, name}.Sanitize())
+	if err != nil {
+		return fmt.Errorf("read the columns of %s: %w", table, err)
+	}
+	columns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read the columns of %s: %w", table, err)
+	}
+	return rt.CheckColumns(table, columns)
 }
 
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {

@@ -57,6 +57,11 @@ func DistinctIDs(got []Received) int {
 // headers, and that per aggregate the sequence numbers arrive in order.
 // Records must be in consumption order per partition (as Poll returns them).
 func Check(written []Event, got []Received) Report {
+	return CheckPrefix(written, got, "outbox.event.")
+}
+
+// CheckPrefix is Check for a topic template "<prefix>{aggregate_type}".
+func CheckPrefix(written []Event, got []Received, prefix string) Report {
 	rep := Report{Written: len(written)}
 	byID := make(map[string]Event, len(written))
 	for _, e := range written {
@@ -90,11 +95,11 @@ func Check(written []Event, got []Received) Report {
 			rep.problem("delivered event %q was never written (topic %s key %s)", id, g.Topic, g.Key)
 			continue
 		}
-		if g.Topic != e.Topic() || g.Key != e.AggregateID || !jsonEqual(g.Value, e.Payload) ||
+		if g.Topic != prefix+e.AggregateType || g.Key != e.AggregateID || !jsonEqual(g.Value, e.Payload) ||
 			g.Headers["event_type"] != e.EventType || g.Headers["trace_id"] != e.Headers["trace_id"] {
 			rep.Mismatches++
 			rep.problem("event %s: got topic=%s key=%s headers=%v value=%s; wrote topic=%s key=%s type=%s",
-				id, g.Topic, g.Key, g.Headers, g.Value, e.Topic(), e.AggregateID, e.EventType)
+				id, g.Topic, g.Key, g.Headers, g.Value, prefix+e.AggregateType, e.AggregateID, e.EventType)
 		}
 		if e.Seq <= lastSeq[e.AggregateID] {
 			rep.OrderViolations++
