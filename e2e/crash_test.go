@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"syscall"
@@ -85,6 +86,9 @@ func kfakeBrokers(t *testing.T) []string {
 }
 
 // writer commits outbox transactions of 1 to maxTxn rows until stopped.
+// It rides out Postgres restarts: on an error it reconnects, and when a
+// commit's outcome is unknown (the connection died during COMMIT) it asks
+// the database whether the transaction's first row exists.
 type writer struct {
 	mu      sync.Mutex
 	written []outboxtest.Event
@@ -106,7 +110,7 @@ func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, agg
 	rng := rand.New(rand.NewPCG(seed, 99))
 	go func() {
 		defer close(w.done)
-		defer conn.Close(context.Background())
+		defer func() { conn.Close(context.Background()) }()
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for n := 0; n < limit; {
@@ -116,11 +120,21 @@ func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, agg
 			case <-tick.C:
 			}
 			evs := gen.Batch(1 + rng.IntN(maxTxn))
-			if err := outboxtest.WriteTx(ctx, conn, evs); err != nil {
-				w.mu.Lock()
-				w.err = err
-				w.mu.Unlock()
-				return
+			err := outboxtest.WriteTx(ctx, conn, evs)
+			if err != nil {
+				conn.Close(context.Background())
+				if conn, err = w.reconnect(ctx, dsn); err != nil {
+					w.setErr(err)
+					return
+				}
+				var committed bool
+				if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM public.outbox WHERE id = $1)`, evs[0].ID).Scan(&committed); err != nil {
+					w.setErr(fmt.Errorf("check an ambiguous commit: %w", err))
+					return
+				}
+				if !committed {
+					continue
+				}
 			}
 			n += len(evs)
 			w.mu.Lock()
@@ -130,6 +144,34 @@ func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, agg
 	}()
 	t.Cleanup(func() { w.halt() })
 	return w
+}
+
+func (w *writer) setErr(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+// reconnect retries until Postgres accepts a connection, the writer is
+// stopped or ctx ends.
+func (w *writer) reconnect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(cctx, dsn)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-w.stop:
+			return nil, fmt.Errorf("writer stopped while reconnecting: %w", err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond): // retry interval
+		}
+	}
 }
 
 func (w *writer) halt() {
@@ -156,7 +198,12 @@ type collector struct {
 
 func startCollector(ctx context.Context, t *testing.T, brokers []string) *collector {
 	t.Helper()
-	c, err := outboxtest.NewConsumer(brokers, `outbox\.event\..*`)
+	return startCollectorPattern(ctx, t, brokers, `outbox\.event\..*`)
+}
+
+func startCollectorPattern(ctx context.Context, t *testing.T, brokers []string, pattern string) *collector {
+	t.Helper()
+	c, err := outboxtest.NewConsumer(brokers, pattern)
 	if err != nil {
 		t.Fatal(err)
 	}

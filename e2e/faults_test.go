@@ -1,0 +1,285 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/internal/faultproxy"
+	"github.com/walbox/walbox/internal/kafkatest"
+	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// faultRow is one line of the fault suite's report.
+type faultRow struct {
+	scenario string
+	report   outboxtest.Report
+	recover  time.Duration
+	note     string
+}
+
+// faultEnv is one scenario's world: its own Postgres (walbox reaches it
+// through a fault proxy), the shared real Kafka broker, a writer, a
+// read_committed consumer and the walbox process.
+type faultEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	pg      *pgtest.Server
+	proxy   *faultproxy.Proxy
+	broker  *kafkatest.Broker
+	prefix  string
+	env     []string
+	w       *writer
+	col     *collector
+	walbox  *proc
+	metrics string
+}
+
+const faultReceiveTimeout = 4 * time.Second
+
+func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, name string) *faultEnv {
+	t.Helper()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := slotctl.Ensure(ctx, conn, slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}); err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", pg.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	prefix := "faults." + name + "."
+	e := &faultEnv{t: t, ctx: ctx, pg: pg, proxy: proxy, broker: broker, prefix: prefix}
+	e.env = []string{
+		fmt.Sprintf("WALBOX_PG_DSN=postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", proxy.Addr()),
+		"WALBOX_KAFKA_BROKERS=" + broker.Addr(),
+		"WALBOX_TOPIC=" + prefix + "{aggregate_type}",
+		"WALBOX_STATUS_INTERVAL=200ms",
+		"WALBOX_PG_RECEIVE_TIMEOUT=" + faultReceiveTimeout.String(),
+		"WALBOX_RECONNECT_BACKOFF_MIN=100ms",
+		"WALBOX_RECONNECT_BACKOFF_MAX=1s",
+		"WALBOX_METRICS_ADDR=127.0.0.1:0",
+		"WALBOX_LOG_LEVEL=info",
+	}
+	// Transactions of 1 to 500 rows over 200 aggregates, a few per second.
+	e.w = startWriter(ctx, t, pg.DSN("postgres"), rand.Uint64(), 200, 500, 1_000_000, 100*time.Millisecond)
+	e.col = startCollectorPattern(ctx, t, []string{broker.Addr()}, strings.ReplaceAll(prefix, ".", `\.`)+".*")
+	e.walbox = startWalbox(t, e.env)
+	return e
+}
+
+// flowing waits until the consumer has n more events than now.
+func (e *faultEnv) flowing(n int) {
+	e.t.Helper()
+	target := e.col.distinct() + n
+	waitUntil(e.ctx, e.t, 2*time.Minute, fmt.Sprintf("%d more events to flow", n), func() bool {
+		if e.walbox.exited() {
+			e.t.Fatalf("walbox exited: %v", e.walbox.err)
+		}
+		return e.col.distinct() >= target
+	})
+}
+
+// caughtUp waits until every event written so far has been consumed and
+// returns how long that took.
+func (e *faultEnv) caughtUp() time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	written, err := e.w.snapshot()
+	if err != nil {
+		e.t.Fatalf("writer: %v", err)
+	}
+	ids := make(map[string]struct{}, len(written))
+	for _, ev := range written {
+		ids[ev.ID] = struct{}{}
+	}
+	waitUntil(e.ctx, e.t, 3*time.Minute, fmt.Sprintf("the %d events written so far to be consumed", len(written)), func() bool {
+		if e.walbox.exited() {
+			e.t.Fatalf("walbox exited: %v", e.walbox.err)
+		}
+		for _, g := range e.col.snapshot() {
+			delete(ids, g.Headers["event_id"])
+		}
+		return len(ids) == 0
+	})
+	return time.Since(start)
+}
+
+// finish stops the writer, waits for everything and checks delivery.
+func (e *faultEnv) finish(scenario string, recover time.Duration, note string) faultRow {
+	e.t.Helper()
+	e.w.halt()
+	e.caughtUp()
+	written, _ := e.w.snapshot()
+	rep := outboxtest.CheckPrefix(written, e.col.snapshot(), e.prefix)
+	if !rep.OK() || rep.Delivered != len(written) {
+		e.t.Errorf("%s: %v", scenario, rep)
+	}
+	return faultRow{scenario: scenario, report: rep, recover: recover, note: note}
+}
+
+func (e *faultEnv) confirmedLSN() pglogrepl.LSN {
+	e.t.Helper()
+	conn, err := pgx.Connect(e.ctx, e.pg.DSN("postgres"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close(e.ctx)
+	var lsn pglogrepl.LSN
+	if err := conn.QueryRow(e.ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walbox'`).Scan(&lsn); err != nil {
+		e.t.Fatal(err)
+	}
+	return lsn
+}
+
+// TestFaults injects each fault while a writer commits continuously and a
+// real consumer reads everything back from a real Kafka broker; any loss or
+// order violation fails, duplicates are counted and reported.
+func TestFaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	broker := kafkatest.Start(t)
+	broker.RequireFaults(t)
+	var rows []faultRow
+	defer func() { printFaultReport(t, rows) }()
+
+	scenarios := []struct {
+		name string
+		run  func(e *faultEnv) faultRow
+	}{
+		{"walbox-sigkill-x20", func(e *faultEnv) faultRow {
+			rng := rand.New(rand.NewPCG(1, 2))
+			e.flowing(200)
+			for i := 0; i < 20; i++ {
+				// A random moment: anywhere from mid-startup to well into
+				// streaming.
+				time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond) // the fault's timing, not synchronisation
+				e.walbox.kill()
+				e.walbox = startWalbox(e.t, e.env)
+			}
+			return e.finish("walbox SIGKILL x20", e.caughtUp(), "")
+		}},
+		{"kafka-sigkill", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			if err := e.broker.Kill(); err != nil {
+				e.t.Fatal(err)
+			}
+			if err := e.broker.Restart(e.ctx); err != nil {
+				e.t.Fatal(err)
+			}
+			return e.finish("kafka SIGKILL + restart", e.caughtUp(), "")
+		}},
+		{"kafka-unreachable-30s", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			if err := e.broker.Pause(); err != nil {
+				e.t.Fatal(err)
+			}
+			// Let the acks already on their way land, then the slot
+			// must not move while Kafka cannot acknowledge anything.
+			time.Sleep(5 * time.Second) // the outage's length, not synchronisation
+			frozen := e.confirmedLSN()
+			time.Sleep(25 * time.Second)
+			after := e.confirmedLSN()
+			alive := !e.walbox.exited()
+			if err := e.broker.Resume(); err != nil {
+				e.t.Fatal(err)
+			}
+			if after != frozen {
+				e.t.Errorf("slot confirmed %s -> %s while Kafka was unreachable", frozen, after)
+			}
+			if !alive {
+				e.t.Errorf("walbox exited while Kafka was unreachable: %v", e.walbox.err)
+			}
+			return e.finish("kafka unreachable 30s", e.caughtUp(), fmt.Sprintf("slot held at %s", frozen))
+		}},
+		{"postgres-crash", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			if err := e.pg.StopImmediate(e.ctx); err != nil {
+				e.t.Fatal(err)
+			}
+			if err := e.pg.Restart(e.ctx); err != nil {
+				e.t.Fatal(err)
+			}
+			return e.finish("postgres immediate restart", e.caughtUp(), "")
+		}},
+		{"pg-connection-dropped", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			e.proxy.Drop()
+			time.Sleep(time.Second) // the outage's length
+			e.proxy.Restore()
+			return e.finish("postgres connection reset", e.caughtUp(), "")
+		}},
+		{"pg-connection-blackholed", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			e.proxy.Blackhole()
+			start := time.Now()
+			waitUntil(e.ctx, e.t, faultReceiveTimeout+10*time.Second, "walbox to notice the stalled connection", func() bool {
+				return strings.Contains(e.walbox.stderr.String(), "nothing received from the server")
+			})
+			noticed := time.Since(start)
+			// Heal the partition but kill what was stalled, as a real
+			// network's TCP timeouts eventually would.
+			e.proxy.CloseAll()
+			e.proxy.Restore()
+			return e.finish("postgres connection stalled", e.caughtUp(), fmt.Sprintf("noticed after %s", noticed.Round(100*time.Millisecond)))
+		}},
+		{"sigterm-under-load", func(e *faultEnv) faultRow {
+			e.flowing(500)
+			if code := e.walbox.stop(e.t, syscall.SIGTERM, 45*time.Second); code != 0 {
+				e.t.Errorf("exit code %d after SIGTERM, want 0", code)
+			}
+			before := len(e.col.snapshot())
+			distinctBefore := e.col.distinct()
+			e.walbox = startWalbox(e.t, e.env)
+			row := e.finish("graceful SIGTERM + restart", e.caughtUp(), "")
+			if row.report.Duplicates != before-distinctBefore {
+				e.t.Errorf("the restart after SIGTERM produced %d duplicates, want 0", row.report.Duplicates-(before-distinctBefore))
+			}
+			return row
+		}},
+	}
+	for _, sc := range scenarios {
+		if !t.Run(sc.name, func(t *testing.T) {
+			e := newFaultEnv(ctx, t, broker, sc.name)
+			rows = append(rows, sc.run(e))
+		}) && ctx.Err() != nil {
+			break
+		}
+	}
+}
+
+func printFaultReport(t *testing.T, rows []faultRow) {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\twritten\tdelivered\tlost\tduplicates\torder violations\ttime to recover\tnote")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.scenario, r.report.Written, r.report.Delivered,
+			r.report.Lost, r.report.Duplicates, r.report.OrderViolations, r.recover.Round(10*time.Millisecond), r.note)
+	}
+	tw.Flush()
+	t.Logf("fault-injection report:\n%s", b.String())
+	if path := os.Getenv("WALBOX_FAULT_REPORT"); path != "" {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Errorf("write fault report: %v", err)
+		}
+	}
+}
