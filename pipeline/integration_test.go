@@ -42,10 +42,10 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func startEnv(t *testing.T, statusInterval time.Duration) *env {
+func startEnv(t *testing.T, statusInterval time.Duration, opts ...func(*pgtest.Options)) *env {
 	t.Helper()
 	ctx := context.Background()
-	srv := pgtest.Start(t)
+	srv := pgtest.Start(t, opts...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
@@ -122,8 +122,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 }
 
 func TestRelayDeliversEveryEventInOrderAndConfirmsTheSlot(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testDelivery(t, pgtest.WithBinDir(v.BinDir))
+	})
+}
+
+func testDelivery(t *testing.T, opts ...func(*pgtest.Options)) {
 	const statusInterval = time.Second
-	e := startEnv(t, statusInterval)
+	e := startEnv(t, statusInterval, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -201,7 +207,13 @@ func TestRelayDeliversEveryEventInOrderAndConfirmsTheSlot(t *testing.T) {
 // TestRelayAdvancesIdleSlot: a busy database whose outbox is idle must not
 // make the slot retain WAL without bound.
 func TestRelayAdvancesIdleSlot(t *testing.T) {
-	e := startEnv(t, 200*time.Millisecond)
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testIdleSlot(t, pgtest.WithBinDir(v.BinDir))
+	})
+}
+
+func testIdleSlot(t *testing.T, opts ...func(*pgtest.Options)) {
+	e := startEnv(t, 200*time.Millisecond, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := e.conn.Exec(ctx, `CREATE TABLE other (id bigserial PRIMARY KEY, v text)`); err != nil {

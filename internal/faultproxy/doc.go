@@ -6,6 +6,8 @@
 // target address. The client is given Addr instead of the server's address;
 // Drop, Blackhole, Restore, CloseAll and SetLatency then inject faults while
 // the test runs, and Stats shows what went through. Close stops everything.
+// New is Start for a test: it fails the test on error and closes the Proxy
+// in t.Cleanup.
 //
 // # Modes
 //
@@ -57,8 +59,9 @@
 //
 // A Kafka client uses its seed address only to fetch metadata; it then
 // connects to the address each broker advertises (advertised.listeners).
-// A proxy given to the client as its seed therefore carries only the first
-// Metadata request, and every produce and fetch goes straight to the broker,
+// A proxy given to the client as its seed therefore carries only the
+// bootstrap Metadata requests, and every produce and fetch goes straight to
+// the broker,
 // untouched by Drop or Blackhole. To put a broker behind the proxy, the
 // broker must advertise the proxy's address:
 //

@@ -481,8 +481,9 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	write(t, forwarding, []byte("delayed"))
 	write(t, fs, []byte("delayed"))
 	p.Blackhole()
-	pending := dial(t, p.Addr()) // accepted, held undialled
-	write(t, pending, payload(64<<10, 4)) // fits the socket buffers
+	// Accepted, held undialled; the bytes fit the socket buffers.
+	pending := dial(t, p.Addr())
+	write(t, pending, payload(64<<10, 4))
 	eventually(t, 5*time.Second, "the pending connection to be accepted", func() bool { return p.Stats().Open == 2 })
 
 	// Close is idempotent, and concurrent callers all wait for the end.

