@@ -110,7 +110,11 @@ func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, agg
 	rng := rand.New(rand.NewPCG(seed, 99))
 	go func() {
 		defer close(w.done)
-		defer func() { conn.Close(context.Background()) }()
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for n := 0; n < limit; {
@@ -154,9 +158,11 @@ func (w *writer) setErr(err error) {
 	}
 }
 
-// reconnect retries until Postgres accepts a connection, the writer is
-// stopped or ctx ends.
+// reconnect retries until Postgres accepts a connection, for up to two
+// minutes. It ignores a halt: the outcome of the failed transaction must be
+// learnt before the writer's record of what it wrote is final.
 func (w *writer) reconnect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		conn, err := pgx.Connect(cctx, dsn)
@@ -164,9 +170,10 @@ func (w *writer) reconnect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 		if err == nil {
 			return conn, nil
 		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("postgres unreachable for 2 minutes: %w", err)
+		}
 		select {
-		case <-w.stop:
-			return nil, fmt.Errorf("writer stopped while reconnecting: %w", err)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond): // retry interval
