@@ -60,6 +60,9 @@ type Config struct {
 	// DeadLetterTopic receives invalid rows; required when InvalidRows is
 	// "dead-letter", ignored otherwise. Default "".
 	DeadLetterTopic string
+	// MessagePrefix, when set, routes transactional logical decoding
+	// messages with this prefix as outbox events.
+	MessagePrefix string
 	// MetricsAddr is the host:port the Prometheus endpoint listens on;
 	// "" disables it. Default "127.0.0.1:9187".
 	MetricsAddr string

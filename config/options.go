@@ -189,6 +189,12 @@ var options = []*option{
 		check: func(c *Config) error { return checkDeadLetterTopic(c.DeadLetterTopic, c.InvalidRows) },
 	},
 	{
+		flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", yaml: "message_prefix", group: groupRouting,
+		help:  "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
+		value: stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),
+		check: func(c *Config) error { return checkMessagePrefix(c.MessagePrefix) },
+	},
+	{
 		flag: "dedup-window", env: "WALBOX_DEDUP_WINDOW", yaml: "dedup_window", group: groupRouting,
 		help:  "How many recent event ids are remembered to drop duplicates; 0 disables",
 		value: intValue(func(c *Config) *int { return &c.DedupWindow }),
@@ -429,6 +435,17 @@ func checkSlot(s string) error {
 	}
 	if !slotRE.MatchString(s) {
 		return badf("expected 1 to 63 lower-case letters, digits or underscores (Postgres rejects other slot names)")
+	}
+	return nil
+}
+
+// checkMessagePrefix keeps the prefix to what pg_logical_emit_message can
+// carry and a log line can show: no NUL, no control characters.
+func checkMessagePrefix(p string) error {
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return badf("a prefix without control characters")
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -44,6 +45,11 @@ func testLogger(t *testing.T) *slog.Logger {
 
 func startEnv(t *testing.T, statusInterval time.Duration, opts ...func(*pgtest.Options)) *env {
 	t.Helper()
+	return startEnvWith(t, statusInterval, nil, opts...)
+}
+
+func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	srv := pgtest.Start(t, opts...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
@@ -82,6 +88,9 @@ func startEnv(t *testing.T, statusInterval time.Duration, opts ...func(*pgtest.O
 	e.cfg = pipeline.Config{
 		ConnString: srv.DSN("postgres"), Slot: "walbox", Publication: "walbox",
 		StatusInterval: statusInterval, DedupWindow: 10000, MaxInflightRecords: 2000,
+	}
+	if mutate != nil {
+		mutate(&e.cfg)
 	}
 	e.relay, err = pipeline.New(e.cfg, kcl, rt, e.reg, log)
 	if err != nil {
@@ -360,4 +369,69 @@ func TestRelayResumesAfterPostgresCrash(t *testing.T) {
 	if !e.relay.Streaming() {
 		t.Fatal("relay is not streaming after the restart")
 	}
+}
+
+// TestRelayRoutesOutboxMessages: events emitted with
+// pg_logical_emit_message in the business transaction (no outbox row at all)
+// are routed like rows, in commit order with the rows, and the slot is
+// confirmed past them.
+func TestRelayRoutesOutboxMessages(t *testing.T) {
+	e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) { c.MessagePrefix = "outbox" })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gen := outboxtest.NewGenerator(9, 5)
+	var (
+		written []outboxtest.Event
+		end     pglogrepl.LSN
+	)
+	for i := 0; i < 50; i++ {
+		evs := gen.Batch(2)
+		tx, err := e.conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One event as a row, the next as a message, in one transaction.
+		r := evs[0]
+		h, _ := json.Marshal(r.Headers)
+		if _, err := tx.Exec(ctx, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload, headers) VALUES ($1, $2, $3, $4, $5, $6)`,
+			r.ID, r.AggregateType, r.AggregateID, r.EventType, string(r.Payload), string(h)); err != nil {
+			t.Fatal(err)
+		}
+		m := evs[1]
+		content, _ := json.Marshal(map[string]any{
+			"id": m.ID, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
+			"event_type": m.EventType, "payload": json.RawMessage(m.Payload), "headers": m.Headers,
+		})
+		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'outbox', $1::text)`, string(content)); err != nil {
+			t.Fatal(err)
+		}
+		// An unrelated prefix belongs to someone else and is ignored.
+		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'other', 'x')`); err != nil {
+			t.Fatal(err)
+		}
+		// Inside the transaction, so below its commit's end.
+		if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()`).Scan(&end); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, evs...)
+	}
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(written) })
+	if err != nil {
+		t.Fatalf("consume: %v (%v)", err, outboxtest.Check(written, got))
+	}
+	rep := outboxtest.Check(written, got)
+	if !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 {
+		t.Fatalf("rows and messages: %v", rep)
+	}
+	waitFor(t, 10*time.Second, "the slot to be confirmed past the last transaction", func() bool {
+		return e.confirmedFlush(t) > end
+	})
 }

@@ -67,6 +67,10 @@ type Config struct {
 	// they are (too large, invalid); empty means such a refusal stops the
 	// relay. It should match the router's dead-letter policy.
 	DeadLetterTopic string
+	// MessagePrefix, when set, makes walbox also route transactional
+	// logical decoding messages with this prefix (pg_logical_emit_message)
+	// as outbox events; see message.go.
+	MessagePrefix string
 	// SlotBusyTimeout is how long a slot held by another process (SQLSTATE
 	// 55006) is waited for before giving up (2m): long enough for a killed
 	// predecessor's walsender to notice (wal_sender_timeout, 60s by
@@ -130,6 +134,7 @@ type Relay struct {
 	inflight *inflight
 	dedup    *lru.Cache[string, struct{}]
 	reroute  rerouteQueue
+	messages messageRelations
 
 	// Owned by the loop goroutine.
 	tracker *checkpoint.Tracker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/router"
 )
 
 // session runs one replication connection from connect to close. It returns
@@ -36,12 +38,16 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.dec.Reset()
 	r.tracker.Abandon()
 	start := r.tracker.Confirmed()
-	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{
-			"proto_version '1'",
-			"publication_names '" + quotePublication(r.cfg.Publication) + "'",
-		},
-	})
+	args := []string{
+		"proto_version '1'",
+		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
+	}
+	if r.cfg.MessagePrefix != "" {
+		// pgoutput sends logical decoding messages from PostgreSQL 14 on,
+		// which the preflight check already requires.
+		args = append(args, "messages 'true'")
+	}
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
 	}
@@ -212,6 +218,8 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		l.txn = l.tracker.Begin()
 	case *decoder.Insert:
 		return l.handleInsert(m)
+	case *decoder.Message:
+		return l.handleMessage(m)
 	case *decoder.Commit:
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
@@ -242,6 +250,35 @@ func (l *loop) handleInsert(ins *decoder.Insert) error {
 		txn: l.txn, eventID: routed.EventID, lsn: ins.LSN, xid: ins.XID,
 		table: ins.Relation.QualifiedName(), commitTime: ins.CommitTime, deadLetter: routed.DeadLetter,
 	})
+	return nil
+}
+
+// handleMessage routes an outbox message (see message.go); messages with
+// other prefixes belong to other consumers of the WAL and are not walbox's.
+func (l *loop) handleMessage(m *decoder.Message) error {
+	if l.cfg.MessagePrefix == "" || m.Prefix != l.cfg.MessagePrefix {
+		return nil
+	}
+	if !m.Transactional || l.txn == nil {
+		// A non-transactional message is decoded as soon as it is written,
+		// outside any commit: there is no transaction end to confirm it at.
+		return fmt.Errorf("outbox message at %s with prefix %q is not transactional: emit it with pg_logical_emit_message(true, ...) inside the business transaction", m.LSN, m.Prefix)
+	}
+	ins, err := l.messages.messageInsert(m)
+	if err == nil {
+		return l.handleInsert(ins)
+	}
+	if l.cfg.DeadLetterTopic == "" {
+		return fmt.Errorf("%w; fix the writer, or set --invalid-rows=dead-letter to divert such messages", err)
+	}
+	l.log.Warn("malformed outbox message routed to the dead-letter topic", "lsn", m.LSN.String(), "xid", m.XID, "err", err)
+	l.txn.Add(1)
+	l.produce(&kgo.Record{Topic: l.cfg.DeadLetterTopic, Value: m.Content, Headers: []kgo.RecordHeader{
+		{Key: router.HeaderError, Value: []byte(err.Error())},
+		{Key: router.HeaderTable, Value: []byte("pg_logical_emit_message." + m.Prefix)},
+		{Key: router.HeaderLSN, Value: []byte(m.LSN.String())},
+		{Key: router.HeaderXID, Value: []byte(strconv.FormatUint(uint64(m.XID), 10))},
+	}}, &inflightRecord{txn: l.txn, lsn: m.LSN, xid: m.XID, table: "pg_logical_emit_message." + m.Prefix, commitTime: m.CommitTime, deadLetter: true})
 	return nil
 }
 

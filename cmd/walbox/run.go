@@ -87,6 +87,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		BackoffMax:         cfg.ReconnectBackoffMax,
 		DeadLetterTopic:    deadLetterTopic(cfg),
 		SlotBusyTimeout:    cfg.SlotBusyTimeout,
+		MessagePrefix:      cfg.MessagePrefix,
 	}, kcl, rt, reg, log)
 	if err != nil {
 		return err
