@@ -20,8 +20,9 @@ type Txn struct {
 // producer, so an early ack can never drive the count below zero.
 func (t *Txn) Add(n int) { t.pending.Add(int64(n)) }
 
-// Ack records one acknowledged record. Safe for concurrent use.
-func (t *Txn) Ack() { t.pending.Add(-1) }
+// Ack records one acknowledged record and returns how many are still
+// pending (0 when this was the last so far). Safe for concurrent use.
+func (t *Txn) Ack() int64 { return t.pending.Add(-1) }
 
 // Pending returns the number of records not acknowledged yet.
 func (t *Txn) Pending() int64 { return t.pending.Load() }

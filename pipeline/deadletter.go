@@ -38,7 +38,7 @@ func deadLetterRecord(orig *kgo.Record, m *inflightRecord, topic string) *kgo.Re
 	headers = append(headers, orig.Headers...)
 	headers = append(headers,
 		kgo.RecordHeader{Key: router.HeaderError, Value: []byte(fmt.Sprintf("kafka refused the record for topic %q (%d bytes): %v", orig.Topic, len(orig.Value), m.rejected))},
-		kgo.RecordHeader{Key: router.HeaderTable, Value: []byte(m.table)},
+		kgo.RecordHeader{Key: router.HeaderTable, Value: []byte(m.table())},
 		kgo.RecordHeader{Key: router.HeaderLSN, Value: []byte(m.lsn.String())},
 		kgo.RecordHeader{Key: router.HeaderXID, Value: []byte(strconv.FormatUint(uint64(m.xid), 10))},
 		kgo.RecordHeader{Key: "walbox_original_topic", Value: []byte(orig.Topic)},

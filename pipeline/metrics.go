@@ -68,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
 		}, func() float64 { return float64(inf.bytes.Load()) }),
 		commitToAck: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "walbox_commit_to_ack_seconds",
-			Help:    "Time from the Postgres commit of an event to its Kafka acknowledgement.",
+			Help:    "Time from a transaction's Postgres commit to Kafka's acknowledgement of its last event.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}),
 		lastAck: f.NewGauge(prometheus.GaugeOpts{

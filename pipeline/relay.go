@@ -135,6 +135,9 @@ type Relay struct {
 	dedup    *lru.Cache[string, struct{}]
 	reroute  rerouteQueue
 	messages messageRelations
+	// received is the end of the WAL received so far, over all sessions;
+	// written by the loop when a session ends.
+	received pglogrepl.LSN
 
 	// Owned by the loop goroutine.
 	tracker *checkpoint.Tracker
