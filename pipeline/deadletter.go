@@ -25,6 +25,10 @@ func recordRejected(err error) bool {
 		errors.Is(err, kerr.InvalidTopicException)
 }
 
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
 // deadLetterRecord describes a refused record on the dead-letter topic. The
 // value is dropped when the refusal was about size, since it would be
 // refused again; the row stays in the outbox table, and the headers say

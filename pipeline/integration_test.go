@@ -271,6 +271,10 @@ func TestRelayStopsOnInvalidRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var beforeBad pglogrepl.LSN
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&beforeBad); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := conn.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', NULL, 'created', '{}')`); err != nil {
 		t.Fatal(err)
 	}
@@ -302,8 +306,8 @@ func TestRelayStopsOnInvalidRow(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walbox'`).Scan(&confirmed); err != nil {
 		t.Fatal(err)
 	}
-	if confirmed != pglogrepl.LSN(slot.ConfirmedFlushLSN) {
-		t.Fatalf("slot moved from %s to %s past an invalid row", pglogrepl.LSN(slot.ConfirmedFlushLSN), confirmed)
+	if confirmed > beforeBad {
+		t.Fatalf("slot confirmed %s, past the invalid row's transaction (which starts after %s)", confirmed, beforeBad)
 	}
 }
 

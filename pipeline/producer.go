@@ -1,11 +1,15 @@
 package pipeline
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/plugin/kslog"
@@ -72,4 +76,43 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 		return nil, fmt.Errorf("kafka: create client for brokers %v: %w", c.Brokers, err)
 	}
 	return cl, nil
+}
+
+// BrokerMessageMaxBytes asks one broker for message.max.bytes: the largest
+// record batch the brokers accept. walbox caps its batches at it, so that a
+// record too large for Kafka is refused alone, by the client, instead of
+// getting a whole batch of innocent records refused with it.
+func BrokerMessageMaxBytes(ctx context.Context, brokers []string) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	meta, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kafka metadata: %w", err)
+	}
+	if len(meta.Brokers) == 0 {
+		return 0, errors.New("kafka metadata lists no brokers")
+	}
+	id := meta.Brokers[0].NodeID
+	rcs, err := adm.DescribeBrokerConfigs(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("describe configs of broker %d: %w", id, err)
+	}
+	rc, err := rcs.On(strconv.Itoa(int(id)), nil)
+	if err != nil {
+		return 0, fmt.Errorf("describe configs of broker %d: %w", id, err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "message.max.bytes" && c.Value != nil {
+			n, err := strconv.Atoi(*c.Value)
+			if err != nil {
+				return 0, fmt.Errorf("broker %d message.max.bytes %q: %w", id, *c.Value, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("broker %d does not report message.max.bytes", id)
 }

@@ -67,6 +67,12 @@ type Config struct {
 	// they are (too large, invalid); empty means such a refusal stops the
 	// relay. It should match the router's dead-letter policy.
 	DeadLetterTopic string
+	// MaxBatchBytes is the producer's batch limit (ProducerBatchMaxBytes).
+	// A record refused as too large that is itself near this size is the
+	// culprit and may be dead-lettered; a smaller one was refused with its
+	// batch, because a topic's max.message.bytes is below the limit, and
+	// that stops the relay with advice instead. 0 means franz-go's default.
+	MaxBatchBytes int
 	// MessagePrefix, when set, makes walbox also route transactional
 	// logical decoding messages with this prefix (pg_logical_emit_message)
 	// as outbox events; see message.go.
@@ -93,6 +99,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxInflightBytes <= 0 {
 		c.MaxInflightBytes = 64 << 20
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 1000012 // franz-go's default
 	}
 	if c.SlotBusyTimeout <= 0 {
 		c.SlotBusyTimeout = 2 * time.Minute

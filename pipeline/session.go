@@ -114,6 +114,7 @@ type loop struct {
 func (l *loop) run(ctx context.Context) error {
 	for {
 		if err := l.failureErr(); err != nil {
+			l.confirmBeforeFailing(err)
 			return err
 		}
 		if ctx.Err() != nil {
@@ -140,6 +141,9 @@ func (l *loop) run(ctx context.Context) error {
 			if pgconn.Timeout(err) || (ctx.Err() != nil && !l.conn.IsClosed()) {
 				continue
 			}
+			if !IsRetryable(err) && !l.conn.IsClosed() {
+				l.confirmBeforeFailing(err)
+			}
 			return err
 		}
 	}
@@ -154,10 +158,14 @@ func (l *loop) waitForAcks(ctx context.Context) {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	failed := l.failed
+	if l.failureErr() != nil {
+		failed = nil // already known; wait for the acks still to come
+	}
 	select {
 	case <-l.inflight.wake:
 	case <-t.C:
-	case <-l.failed:
+	case <-failed:
 	case <-ctx.Done():
 	}
 }
@@ -339,6 +347,16 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 	if err != nil {
 		l.metrics.produceErrors.Inc()
+		if tooLarge(err) && !l.recordTooLarge(rec) {
+			// The broker refused the batch this record was in, not
+			// this record: dead-lettering it would divert a valid
+			// event. Only an operator can fix the limits.
+			l.inflight.release(m.size)
+			l.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: fmt.Errorf(
+				"%w; the record itself is %d bytes, so its batch was refused: the topic's max.message.bytes is below --producer-batch-max-bytes (%d), lower that flag to at most the topic's limit",
+				err, recordSize(rec), l.cfg.MaxBatchBytes)})
+			return
+		}
 		if l.cfg.DeadLetterTopic != "" && !m.deadLetter && recordRejected(err) {
 			// The record itself is unacceptable (too large, say):
 			// under the dead-letter policy it goes to the dead-letter
@@ -370,6 +388,12 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		l.metrics.commitToAck.Observe(now.Sub(m.commitTime).Seconds())
 		l.metrics.lastAck.Set(float64(now.UnixNano()) / 1e9)
 	}
+}
+
+// recordTooLarge reports whether rec alone comes near the batch limit; the
+// margin covers the batch and record headers Kafka counts too.
+func (l *loop) recordTooLarge(rec *kgo.Record) bool {
+	return recordSize(rec) > int64(l.cfg.MaxBatchBytes)-512
 }
 
 // produceRerouted sends records Kafka refused to the dead-letter topic.
@@ -421,6 +445,35 @@ func (l *loop) sendStatus(ctx context.Context) error {
 	return nil
 }
 
+// drain waits, within ctx, for every record in flight (and the dead-letter
+// records Kafka's refusals turn into), then flushes the producer.
+func (l *loop) drain(ctx context.Context) {
+	for l.inflight.records.Load() > 0 && ctx.Err() == nil {
+		l.produceRerouted()
+		l.waitForAcks(ctx)
+	}
+	l.produceRerouted()
+	if err := l.producer.Flush(ctx); err != nil {
+		l.log.Warn("stopping with records still in flight; they will be sent again on the next start",
+			"err", err, "inflight_records", l.inflight.records.Load())
+	}
+}
+
+// confirmBeforeFailing runs before the loop returns a permanent error (an
+// invalid row, an undecodable message, a record Kafka refused): the events
+// committed before the bad one still reach Kafka and the slot is confirmed
+// up to them, so one bad row does not hold back everything before it and a
+// restart starts exactly at the bad row. Nothing past it is confirmed: its
+// transaction is still open or unacknowledged.
+func (l *loop) confirmBeforeFailing(cause error) {
+	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
+	defer cancel()
+	l.drain(sctx)
+	if err := l.sendStatus(sctx); err != nil {
+		l.log.Warn("could not confirm the events before the failure", "err", err, "cause", cause)
+	}
+}
+
 // stop shuts the session down cleanly: finish receiving the open transaction
 // (so the next start does not resend its first half), wait for every
 // in-flight ack, then confirm what they cover. Each step is bounded by
@@ -447,15 +500,7 @@ func (l *loop) stop() error {
 	if l.dec.InTransaction() {
 		l.tracker.Abandon()
 	}
-	for l.inflight.records.Load() > 0 && sctx.Err() == nil && l.failureErr() == nil {
-		l.produceRerouted()
-		l.waitForAcks(sctx)
-	}
-	l.produceRerouted()
-	if err := l.producer.Flush(sctx); err != nil {
-		l.log.Warn("stopping with records still in flight; they will be sent again on the next start",
-			"err", err, "inflight_records", l.inflight.records.Load())
-	}
+	l.drain(sctx)
 	if err := l.failureErr(); err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 			return exitOK
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "walbox: %v\n", err)
+			fmt.Fprintf(stderr, "walbox: %v\n", oneLine(err))
 			return exitUsage
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -61,11 +61,12 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		return nil
 	}
 
+	batchMax := effectiveBatchMax(ctx, cfg, log)
 	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{
 		Brokers:            cfg.KafkaBrokers,
 		ClientID:           cfg.ClientID,
 		Linger:             cfg.ProducerLinger,
-		BatchMaxBytes:      cfg.ProducerBatchMaxBytes,
+		BatchMaxBytes:      batchMax,
 		MaxBufferedRecords: cfg.MaxInflightRecords + 1,
 	}, log, reg)
 	if err != nil {
@@ -88,6 +89,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		DeadLetterTopic:    deadLetterTopic(cfg),
 		SlotBusyTimeout:    cfg.SlotBusyTimeout,
 		MessagePrefix:      cfg.MessagePrefix,
+		MaxBatchBytes:      batchMax,
 	}, kcl, rt, reg, log)
 	if err != nil {
 		return err
@@ -172,6 +174,27 @@ func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config,
 			return nil, nil
 		}
 	}
+}
+
+// effectiveBatchMax caps --producer-batch-max-bytes at the brokers'
+// message.max.bytes, so an oversized record is refused alone instead of
+// taking its batch down with it. If the brokers cannot be asked (down,
+// or no DescribeConfigs permission), the flag's value stands.
+func effectiveBatchMax(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	limit, err := pipeline.BrokerMessageMaxBytes(qctx, cfg.KafkaBrokers)
+	if err != nil {
+		log.Warn("could not read the brokers' message.max.bytes; keeping --producer-batch-max-bytes",
+			"err", err, "producer_batch_max_bytes", cfg.ProducerBatchMaxBytes)
+		return cfg.ProducerBatchMaxBytes
+	}
+	if limit < cfg.ProducerBatchMaxBytes {
+		log.Info("capping the producer batch size at the brokers' message.max.bytes",
+			"message_max_bytes", limit, "producer_batch_max_bytes", cfg.ProducerBatchMaxBytes)
+		return limit
+	}
+	return cfg.ProducerBatchMaxBytes
 }
 
 // deadLetterTopic is where records Kafka refuses go: only under the
