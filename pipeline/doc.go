@@ -5,8 +5,8 @@
 // One goroutine owns the replication connection: every receive and every
 // standby status update happens in Relay's loop, whose receive deadline is the
 // next status time. franz-go's promise callbacks only decrement counters
-// (checkpoint.Txn.Ack, the in-flight limiter) and record event ids in the
-// dedup window, so the loop never waits on a lock held by the producer.
+// (checkpoint.Txn.Ack, the in-flight limiter) and mark records acknowledged,
+// so the loop never waits on a lock held by the producer.
 //
 // Backpressure is walbox's own: the loop stops reading WAL when too many
 // records or bytes are unacknowledged, but keeps sending status updates while

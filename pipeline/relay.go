@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -141,7 +140,7 @@ type Relay struct {
 	router   Router
 	metrics  *metrics
 	inflight *inflight
-	dedup    *lru.Cache[string, struct{}]
+	dedup    *dedupWindow
 	reroute  rerouteQueue
 	messages messageRelations
 	// received is the end of the WAL received so far, over all sessions;
@@ -175,13 +174,7 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 		failed:   make(chan struct{}),
 	}
 	r.metrics = newMetrics(reg, r.inflight)
-	if cfg.DedupWindow > 0 {
-		d, err := lru.New[string, struct{}](cfg.DedupWindow)
-		if err != nil {
-			return nil, fmt.Errorf("pipeline: dedup window %d: %w", cfg.DedupWindow, err)
-		}
-		r.dedup = d
-	}
+	r.dedup = newDedupWindow(cfg.DedupWindow)
 	return r, nil
 }
 
@@ -247,6 +240,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if err := r.producer.Flush(ctx); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("flush before reconnect: %w", err)
 		}
+		r.dedup.prepareReplay()
 		if ferr := r.failureErr(); ferr != nil {
 			return ferr
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -109,6 +110,8 @@ type loop struct {
 	replayUntil pglogrepl.LSN
 	// promise settles any record; built once per session.
 	promise func(*kgo.Record, error)
+	// readDeadline is the deadline last set on the socket.
+	readDeadline time.Time
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -137,7 +140,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.lastReceive = time.Now()
 			continue
 		}
-		if err := l.receive(ctx, l.nextStatus); err != nil {
+		if err := l.receive(l.nextStatus); err != nil {
 			if pgconn.Timeout(err) || (ctx.Err() != nil && !l.conn.IsClosed()) {
 				continue
 			}
@@ -171,10 +174,21 @@ func (l *loop) waitForAcks(ctx context.Context) {
 }
 
 // receive reads and handles one message, waiting at most until deadline.
-func (l *loop) receive(ctx context.Context, deadline time.Time) error {
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	raw, err := l.conn.ReceiveMessage(rctx)
-	cancel()
+//
+// The deadline is set on the socket rather than through a context: a
+// context with a deadline makes pgconn start a watcher goroutine on every
+// call, which cost more than decoding at high rates, while the deadline
+// changes only once per status interval. A timeout leaves the connection
+// usable (pgconn closes it on any other read error). Cancellation is seen by
+// the loop between receives, at the latest one status interval later.
+func (l *loop) receive(deadline time.Time) error {
+	if !deadline.Equal(l.readDeadline) {
+		if err := l.conn.Conn().SetReadDeadline(deadline); err != nil {
+			return &connectionLostError{err: fmt.Errorf("set read deadline: %w", err)}
+		}
+		l.readDeadline = deadline
+	}
+	raw, err := l.conn.ReceiveMessage(context.Background())
 	if err != nil {
 		if l.conn.IsClosed() {
 			return &connectionLostError{err: err}
@@ -257,9 +271,14 @@ func (l *loop) handleInsert(ins *decoder.Insert) error {
 	}
 	// Only what this process received before a reconnect can come again,
 	// so newer changes skip the dedup lookup.
-	if ins.LSN <= l.replayUntil && routed.EventID != "" && l.dedup != nil && l.dedup.Contains(routed.EventID) {
-		l.metrics.duplicatesSkipped.Inc()
-		return nil
+	if ins.LSN <= l.replayUntil {
+		if l.dedup.seen(routed.EventID) {
+			l.metrics.duplicatesSkipped.Inc()
+			return nil
+		}
+	} else if l.replayUntil != 0 {
+		l.dedup.endReplay()
+		l.replayUntil = 0
 	}
 	if routed.DeadLetter {
 		l.log.Warn("invalid outbox row routed to the dead-letter topic",
@@ -267,10 +286,12 @@ func (l *loop) handleInsert(ins *decoder.Insert) error {
 			"topic", routed.Record.Topic, "reason", routed.Reason)
 	}
 	l.txn.Add(1)
-	l.produce(routed.Record, &inflightRecord{
+	m := &inflightRecord{
 		txn: l.txn, eventID: routed.EventID, lsn: ins.LSN, xid: ins.XID,
 		rel: ins.Relation, commitTime: ins.CommitTime, deadLetter: routed.DeadLetter,
-	})
+	}
+	l.dedup.remember(m)
+	l.produce(routed.Record, m)
 	return nil
 }
 
@@ -319,6 +340,7 @@ type inflightRecord struct {
 	commitTime time.Time
 	deadLetter bool
 	size       int64
+	acked      atomic.Bool // Kafka acknowledged it; read by dedupWindow
 	// rejected is the broker's or client's refusal of the original record
 	// when it is re-sent to the dead-letter topic.
 	rejected error
@@ -374,9 +396,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
-	if m.eventID != "" && l.dedup != nil {
-		l.dedup.Add(m.eventID, struct{}{})
-	}
+	m.acked.Store(true)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
 		l.metrics.eventsDeadLettered.Inc()
@@ -488,7 +508,7 @@ func (l *loop) stop() error {
 			continue
 		}
 		deadline, _ := sctx.Deadline()
-		if err := l.receive(sctx, deadline); err != nil {
+		if err := l.receive(deadline); err != nil {
 			if pgconn.Timeout(err) {
 				continue
 			}
