@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
 	"github.com/walbox/walbox/decoder"
 )
 
@@ -20,11 +22,16 @@ import (
 // invalid-row policy apply unchanged.
 
 // messageRelations caches one synthetic relation per key set, so the
-// router's per-relation binding cache keeps working for messages.
+// router's per-relation binding cache keeps working for messages. Writers
+// choose the keys, so the cache is bounded: a writer that varies its key
+// set without end costs a re-bind per message, not unbounded memory.
 type messageRelations struct {
-	byKeys map[string]*decoder.Relation
+	byKeys *simplelru.LRU[string, *decoder.Relation]
 	nextID uint32
 }
+
+// maxMessageRelations bounds the distinct key sets remembered.
+const maxMessageRelations = 1024
 
 // messageRelationBase keeps synthetic relation ids clear of real table OIDs
 // in practice; the router only needs them stable and distinct.
@@ -35,18 +42,18 @@ func (mr *messageRelations) get(prefix string, names []string, oids []uint32) *d
 	for i, n := range names {
 		fmt.Fprintf(&sig, "%s:%d,", n, oids[i])
 	}
-	if rel, ok := mr.byKeys[sig.String()]; ok {
-		return rel
-	}
 	if mr.byKeys == nil {
-		mr.byKeys = map[string]*decoder.Relation{}
+		mr.byKeys, _ = simplelru.NewLRU[string, *decoder.Relation](maxMessageRelations, nil) // size > 0: cannot fail
+	}
+	if rel, ok := mr.byKeys.Get(sig.String()); ok {
+		return rel
 	}
 	rel := &decoder.Relation{ID: messageRelationBase + mr.nextID, Namespace: "pg_logical_emit_message", Name: prefix}
 	mr.nextID++
 	for i, n := range names {
 		rel.Columns = append(rel.Columns, decoder.Column{Name: n, TypeOID: oids[i], TypeModifier: -1})
 	}
-	mr.byKeys[sig.String()] = rel
+	mr.byKeys.Add(sig.String(), rel)
 	return rel
 }
 
