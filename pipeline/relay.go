@@ -240,7 +240,9 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if err := r.producer.Flush(ctx); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("flush before reconnect: %w", err)
 		}
-		r.dedup.prepareReplay()
+		// Refused records not yet dead-lettered belong to transactions the
+		// replay sends again; they are produced again from there.
+		r.dedup.prepareReplay(r.reroute.take())
 		if ferr := r.failureErr(); ferr != nil {
 			return ferr
 		}

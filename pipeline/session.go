@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -290,7 +289,7 @@ func (l *loop) handleInsert(ins *decoder.Insert) error {
 		txn: l.txn, eventID: routed.EventID, lsn: ins.LSN, xid: ins.XID,
 		rel: ins.Relation, commitTime: ins.CommitTime, deadLetter: routed.DeadLetter,
 	}
-	l.dedup.remember(m)
+	l.dedup.remember(m.eventID)
 	l.produce(routed.Record, m)
 	return nil
 }
@@ -340,7 +339,6 @@ type inflightRecord struct {
 	commitTime time.Time
 	deadLetter bool
 	size       int64
-	acked      atomic.Bool // Kafka acknowledged it; read by dedupWindow
 	// rejected is the broker's or client's refusal of the original record
 	// when it is re-sent to the dead-letter topic.
 	rejected error
@@ -396,7 +394,6 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
-	m.acked.Store(true)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
 		l.metrics.eventsDeadLettered.Inc()

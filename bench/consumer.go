@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// latencyConsumer reads the topics of one run from their start and records,
+// per event id, when the first copy of the event arrived.
+type latencyConsumer struct {
+	cl      *kgo.Client
+	clk     Clock
+	firstID int64
+	recvAt  []time.Duration // indexed by id - firstID
+
+	received atomic.Int64 // distinct events
+	dups     atomic.Int64
+	foreign  atomic.Int64 // records without a known event id
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
+	errMu    sync.Mutex
+	fetchErr error
+}
+
+// startConsumer starts consuming topics; ids outside [firstID,
+// firstID+capacity) count as foreign.
+func (e *Env) startConsumer(topics []string, firstID int64, capacity int, clk Clock) (*latencyConsumer, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(e.Brokers...),
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &latencyConsumer{cl: cl, clk: clk, firstID: firstID, recvAt: make([]time.Duration, capacity), cancel: cancel}
+	c.wg.Add(1)
+	go c.run(ctx)
+	return c, nil
+}
+
+func (c *latencyConsumer) run(ctx context.Context) {
+	defer c.wg.Done()
+	for ctx.Err() == nil {
+		fs := c.cl.PollFetches(ctx)
+		now := c.clk.Now()
+		fs.EachError(func(t string, p int32, err error) {
+			if ctx.Err() == nil {
+				c.errMu.Lock()
+				if c.fetchErr == nil {
+					c.fetchErr = fmt.Errorf("fetch %s/%d: %w", t, p, err)
+				}
+				c.errMu.Unlock()
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			idx := int64(-1)
+			for _, h := range r.Headers {
+				if h.Key == "event_id" {
+					if id, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+						idx = id - c.firstID
+					}
+					break
+				}
+			}
+			if idx < 0 || idx >= int64(len(c.recvAt)) {
+				c.foreign.Add(1)
+				return
+			}
+			if c.recvAt[idx] != 0 {
+				c.dups.Add(1)
+				return
+			}
+			c.recvAt[idx] = now
+			c.received.Add(1)
+		})
+	}
+}
+
+// waitFor waits until n distinct events arrived, ctx ends or the timeout
+// passes; it reports whether all arrived.
+func (c *latencyConsumer) waitFor(ctx context.Context, n int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for c.received.Load() < int64(n) {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// stop ends consumption; recvAt may be read afterwards.
+func (c *latencyConsumer) stop() error {
+	c.cancel()
+	c.wg.Wait()
+	c.cl.Close()
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.fetchErr
+}

@@ -1,0 +1,231 @@
+// Command walbox-bench measures walbox against a throwaway Postgres and a
+// Kafka broker, next to the references it has to beat: a minimal
+// logical-replication consumer (the ceiling) and the polling relay teams run
+// today. It runs every scenario one after another, prints a table to stdout
+// and writes results.json and latency.png to --out. See package bench.
+//
+//	go run ./cmd/walbox-bench            # default run, under 10 minutes on 2 cores
+//	go run ./cmd/walbox-bench --quick    # about 2 minutes, for development
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/walbox/walbox/config"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/walbox/walbox/bench"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // the benchmark could not run, or a scenario failed
+	exitUsage  = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the command line.
+type options struct {
+	quick         bool
+	out           string
+	broker        string
+	events        int
+	txnSize       int
+	aggregates    int
+	rate          int
+	duration      time.Duration
+	largeTxn      string
+	pollBatches   string
+	scenarios     string
+	loadConns     int
+	writerConns   int
+	steadyCeiling bool
+	cpuProfile    string
+	walboxBin     string
+	walboxLinger  time.Duration
+	pollLimit     time.Duration
+	verbose       bool
+}
+
+// Sizes of the default and the quick run.
+var (
+	defaults = options{events: 1_000_000, duration: 60 * time.Second, largeTxn: "250000,1000000"}
+	quick    = options{events: 50_000, duration: 10 * time.Second, largeTxn: "25000,100000"}
+)
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("walbox-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: go run ./cmd/walbox-bench [options]
+
+Runs walbox's benchmark against a throwaway Postgres and a broker: backlog
+drain, steady-load latency, large transaction, database cost, each next to a
+minimal pglogrepl consumer (the ceiling) and a polling relay. Prints a table
+to stdout, progress to stderr, and writes results.json and latency.png to
+--out.
+
+Options:
+`)
+		fs.PrintDefaults()
+	}
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions")
+	fs.StringVar(&o.out, "out", "bench-results", "directory for results.json, latency.png and logs")
+	fs.StringVar(&o.broker, "broker", bench.BrokerAuto, "kfake, kafka (a real broker from internal/kafkatest) or auto (kafka when java and mvn are available)")
+	fs.IntVar(&o.events, "events", defaults.events, "backlog size in events (quick: 50,000)")
+	fs.IntVar(&o.txnSize, "txn-size", 100, "backlog rows per transaction")
+	fs.IntVar(&o.aggregates, "aggregates", 1000, "distinct aggregates (record keys)")
+	fs.IntVar(&o.rate, "rate", 5000, "steady-load events per second")
+	fs.DurationVar(&o.duration, "duration", defaults.duration, "steady-load duration per relay (quick: 10s)")
+	fs.StringVar(&o.largeTxn, "large-txn", defaults.largeTxn, "comma-separated row counts of the large-transaction scenario (quick: 25000,100000)")
+	fs.StringVar(&o.pollBatches, "poll-batches", "100,1000", "comma-separated batch sizes of the polling relay")
+	fs.StringVar(&o.scenarios, "scenarios", "backlog,steady,large", "comma-separated scenarios to run")
+	fs.IntVar(&o.loadConns, "load-conns", 2, "connections writing the backlog in parallel")
+	fs.IntVar(&o.writerConns, "writer-conns", 4, "connections of the steady-load writer")
+	fs.BoolVar(&o.steadyCeiling, "steady-ceiling", false, "also run the ceiling under the steady load (one more run of --duration)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the walbox backlog drain (in-process relay) to this file, and one of the walbox steady run to the same name with -steady.pprof")
+	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary for the large-transaction scenario (default: go build ./cmd/walbox)")
+	fs.DurationVar(&o.walboxLinger, "walbox-linger", config.Defaults().ProducerLinger, "walbox's --producer-linger for every walbox run (default: walbox's own default)")
+	fs.DurationVar(&o.pollLimit, "poll-drain-limit", time.Minute, "stop a polling relay's backlog drain after this long and report the rate so far (0: no limit)")
+	fs.BoolVar(&o.verbose, "v", false, "log the relays' and the harness's diagnostics to stderr")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["events"] {
+			o.events = quick.events
+		}
+		if !set["duration"] {
+			o.duration = quick.duration
+		}
+		if !set["large-txn"] {
+			o.largeTxn = quick.largeTxn
+		}
+	}
+	switch {
+	case o.events < o.txnSize || o.txnSize < 1:
+		return o, fmt.Errorf("--events (%d) must be at least --txn-size (%d), which must be positive", o.events, o.txnSize)
+	case o.aggregates < 1, o.rate < 1, o.duration <= 0, o.loadConns < 1, o.writerConns < 1:
+		return o, errors.New("--aggregates, --rate, --duration, --load-conns and --writer-conns must be positive")
+	}
+	return o, nil
+}
+
+func ints(flagName, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(strings.ReplaceAll(f, "_", "")); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--%s: %q is not a positive number", flagName, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
+		return exitUsage
+	}
+	large, err := ints("large-txn", o.largeTxn)
+	if err == nil {
+		var polls []int
+		if polls, err = ints("poll-batches", o.pollBatches); err == nil {
+			return runBench(o, large, polls, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
+	return exitUsage
+}
+
+func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
+		return exitFailed
+	}
+	out, _ := filepath.Abs(o.out)
+
+	fmt.Fprintf(stderr, "walbox-bench: starting Postgres and the broker (%s)\n", o.broker)
+	env, err := bench.StartEnv(ctx, bench.EnvOptions{Broker: o.broker, Log: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
+		return exitFailed
+	}
+	defer env.Close()
+	fmt.Fprintf(stderr, "walbox-bench: %s; broker %s\n", env.PGVersion, env.BrokerKind)
+
+	var scenarios []string
+	for _, s := range strings.Split(o.scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			scenarios = append(scenarios, s)
+		}
+	}
+	r := bench.NewRunner(bench.Config{
+		Quick: o.quick, Events: o.events, TxnSize: o.txnSize, Aggregates: o.aggregates, LoadConns: o.loadConns,
+		Rate: o.rate, Duration: o.duration, WriterConns: o.writerConns, SteadyCeiling: o.steadyCeiling,
+		LargeTxn: large, PollBatches: polls, Scenarios: scenarios,
+		OutDir: out, CPUProfile: o.cpuProfile, WalboxBin: o.walboxBin, WalboxLinger: o.walboxLinger, PollDrainLimit: o.pollLimit,
+		Log: log, Progress: stderr,
+	}, env)
+	res, err := r.Run(ctx)
+	if res == nil {
+		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
+		return exitFailed
+	}
+	if ok, perr := bench.PlotLatency(filepath.Join(out, "latency.png"), res); perr != nil {
+		res.Errors = append(res.Errors, "latency plot: "+perr.Error())
+	} else if ok {
+		res.LatencyPNG = filepath.Join(out, "latency.png")
+	}
+	jsonPath := filepath.Join(out, "results.json")
+	if werr := bench.WriteJSON(jsonPath, res); werr != nil {
+		fmt.Fprintf(stderr, "walbox-bench: %v\n", werr)
+		return exitFailed
+	}
+	bench.PrintTable(stdout, res)
+	fmt.Fprintf(stdout, "Results: %s\n", jsonPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
+		return exitFailed
+	}
+	if len(res.Errors) > 0 {
+		return exitFailed
+	}
+	return exitOK
+}
