@@ -97,7 +97,7 @@ Options:
 	fs.StringVar(&o.scenarios, "scenarios", "backlog,steady,large", "comma-separated scenarios to run")
 	fs.IntVar(&o.loadConns, "load-conns", 2, "connections writing the backlog in parallel")
 	fs.IntVar(&o.writerConns, "writer-conns", 4, "connections of the steady-load writer")
-	fs.BoolVar(&o.steadyCeiling, "steady-ceiling", false, "also run the ceiling under the steady load (one more run of --duration)")
+	fs.BoolVar(&o.steadyCeiling, "steady-ceiling", true, "also run the ceiling under the steady load, for the p99 ratio the targets name (one more run of --duration; --steady-ceiling=false skips it)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the walbox backlog drain (in-process relay) to this file, and one of the walbox steady run to the same name with -steady.pprof")
 	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary for the large-transaction scenario (default: go build ./cmd/walbox)")
 	fs.DurationVar(&o.walboxLinger, "walbox-linger", config.Defaults().ProducerLinger, "walbox's --producer-linger for every walbox run (default: walbox's own default)")
