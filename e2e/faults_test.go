@@ -37,6 +37,7 @@ type faultEnv struct {
 	ctx     context.Context
 	pg      *pgtest.Server
 	proxy   *faultproxy.Proxy
+	kproxy  *faultproxy.Proxy // between every Kafka client and the broker
 	broker  *kafkatest.Broker
 	prefix  string
 	env     []string
@@ -48,7 +49,7 @@ type faultEnv struct {
 
 const faultReceiveTimeout = 4 * time.Second
 
-func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, name string) *faultEnv {
+func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, kproxy *faultproxy.Proxy, name string) *faultEnv {
 	t.Helper()
 	pg := pgtest.Start(t)
 	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
@@ -68,10 +69,10 @@ func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, na
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	prefix := "faults." + name + "."
-	e := &faultEnv{t: t, ctx: ctx, pg: pg, proxy: proxy, broker: broker, prefix: prefix}
+	e := &faultEnv{t: t, ctx: ctx, pg: pg, proxy: proxy, kproxy: kproxy, broker: broker, prefix: prefix}
 	e.env = []string{
 		fmt.Sprintf("WALBOX_PG_DSN=postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", proxy.Addr()),
-		"WALBOX_KAFKA_BROKERS=" + broker.Addr(),
+		"WALBOX_KAFKA_BROKERS=" + kproxy.Addr(),
 		"WALBOX_TOPIC=" + prefix + "{aggregate_type}",
 		"WALBOX_STATUS_INTERVAL=200ms",
 		"WALBOX_PG_RECEIVE_TIMEOUT=" + faultReceiveTimeout.String(),
@@ -82,7 +83,7 @@ func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, na
 	}
 	// Transactions of 1 to 500 rows over 200 aggregates, a few per second.
 	e.w = startWriter(ctx, t, pg.DSN("postgres"), rand.Uint64(), 200, 500, 1_000_000, 100*time.Millisecond)
-	e.col = startCollectorPattern(ctx, t, []string{broker.Addr()}, strings.ReplaceAll(prefix, ".", `\.`)+".*")
+	e.col = startCollectorPattern(ctx, t, []string{kproxy.Addr()}, strings.ReplaceAll(prefix, ".", `\.`)+".*")
 	e.walbox = startWalbox(t, e.env)
 	return e
 }
@@ -157,7 +158,21 @@ func (e *faultEnv) confirmedLSN() pglogrepl.LSN {
 func TestFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	broker := kafkatest.Start(t)
+	// The broker advertises a proxy that forwards to it, so walbox's and
+	// the consumer's connections to Kafka can be cut or stalled too.
+	kproxy, err := faultproxy.StartListener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kproxy.Close()
+	broker := kafkatest.Start(t, func(o *kafkatest.Options) {
+		o.Advertise = func(addr string) string {
+			if err := kproxy.SetTarget(addr); err != nil {
+				t.Errorf("kafka proxy target: %v", err)
+			}
+			return kproxy.Addr()
+		}
+	})
 	broker.RequireFaults(t)
 	var rows []faultRow
 	defer func() { printFaultReport(t, rows) }()
@@ -211,6 +226,30 @@ func TestFaults(t *testing.T) {
 			}
 			return e.finish("kafka unreachable 30s", e.caughtUp(), fmt.Sprintf("slot held at %s", frozen))
 		}},
+		{"kafka-connection-reset", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			e.kproxy.Drop()
+			time.Sleep(time.Second) // the outage's length
+			e.kproxy.Restore()
+			return e.finish("kafka connections reset", e.caughtUp(), "")
+		}},
+		{"kafka-connection-stalled-25s", func(e *faultEnv) faultRow {
+			e.flowing(300)
+			e.kproxy.Blackhole()
+			time.Sleep(5 * time.Second) // the stall's length, not synchronisation
+			frozen := e.confirmedLSN()
+			time.Sleep(20 * time.Second)
+			after := e.confirmedLSN()
+			alive := !e.walbox.exited()
+			e.kproxy.Restore()
+			if after != frozen {
+				e.t.Errorf("slot confirmed %s -> %s while Kafka connections were stalled", frozen, after)
+			}
+			if !alive {
+				e.t.Errorf("walbox exited while Kafka connections were stalled: %v", e.walbox.err)
+			}
+			return e.finish("kafka connections stalled 25s", e.caughtUp(), fmt.Sprintf("slot held at %s", frozen))
+		}},
 		{"postgres-crash", func(e *faultEnv) faultRow {
 			e.flowing(300)
 			if err := e.pg.StopImmediate(e.ctx); err != nil {
@@ -259,7 +298,7 @@ func TestFaults(t *testing.T) {
 	}
 	for _, sc := range scenarios {
 		if !t.Run(sc.name, func(t *testing.T) {
-			e := newFaultEnv(ctx, t, broker, sc.name)
+			e := newFaultEnv(ctx, t, broker, kproxy, sc.name)
 			rows = append(rows, sc.run(e))
 		}) && ctx.Err() != nil {
 			break

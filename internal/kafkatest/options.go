@@ -56,6 +56,14 @@ type Options struct {
 	// DisableCDS turns off the class-data-sharing archive (see the package
 	// doc): no archive is read or written.
 	DisableCDS bool
+
+	// Advertise, when set, is called with the broker's own host:port once
+	// its port is chosen (again on each retry of a port clash) and returns
+	// the address the broker advertises to clients instead. The fault suite
+	// points it at a faultproxy forwarding to that address, so that every
+	// connection a client makes after its first metadata request crosses
+	// the proxy.
+	Advertise func(brokerAddr string) string
 }
 
 // Bool returns a pointer to v, for Options.AutoCreateTopics.
@@ -112,6 +120,13 @@ func (o Options) Validate() error {
 // __consumer_offsets and __transaction_state with 50 partitions each costs
 // seconds on a 2-core machine, and a single broker coordinates every group
 // and transaction anyway.
+func (o Options) advertised(broker string) string {
+	if o.Advertise != nil {
+		return o.Advertise(broker)
+	}
+	return broker
+}
+
 func (o Options) serverProperties(brokerPort, controllerPort int, dataDir string) map[string]string {
 	broker := "127.0.0.1:" + strconv.Itoa(brokerPort)
 	controller := "127.0.0.1:" + strconv.Itoa(controllerPort)
@@ -125,7 +140,7 @@ func (o Options) serverProperties(brokerPort, controllerPort int, dataDir string
 		"node.id":                             "1",
 		"controller.quorum.bootstrap.servers": controller,
 		"listeners":                           "PLAINTEXT://" + broker + ",CONTROLLER://" + controller,
-		"advertised.listeners":                "PLAINTEXT://" + broker,
+		"advertised.listeners":                "PLAINTEXT://" + o.advertised(broker),
 		"controller.listener.names":           "CONTROLLER",
 		"inter.broker.listener.name":          "PLAINTEXT",
 		"listener.security.protocol.map":      "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
