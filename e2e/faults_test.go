@@ -152,6 +152,33 @@ func (e *faultEnv) confirmedLSN() pglogrepl.LSN {
 	return lsn
 }
 
+// kafkaOutage makes Kafka unusable for 30 s with begin, then ends it with
+// end. walbox must keep running and must not move the slot while Kafka
+// cannot acknowledge anything (after 5 s for acks already on their way to
+// land). It returns the position the slot was held at.
+func (e *faultEnv) kafkaOutage(what string, begin, end func() error) pglogrepl.LSN {
+	e.t.Helper()
+	e.flowing(300)
+	if err := begin(); err != nil {
+		e.t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // the outage's length, not synchronisation
+	frozen := e.confirmedLSN()
+	time.Sleep(25 * time.Second)
+	after := e.confirmedLSN()
+	alive := !e.walbox.exited()
+	if err := end(); err != nil {
+		e.t.Fatal(err)
+	}
+	if after != frozen {
+		e.t.Errorf("slot confirmed %s -> %s while Kafka was %s", frozen, after, what)
+	}
+	if !alive {
+		e.t.Errorf("walbox exited while Kafka was %s: %v", what, e.walbox.err)
+	}
+	return frozen
+}
+
 // TestFaults injects each fault while a writer commits continuously and a
 // real consumer reads everything back from a real Kafka broker; any loss or
 // order violation fails, duplicates are counted and reported.
@@ -204,26 +231,7 @@ func TestFaults(t *testing.T) {
 			return e.finish("kafka SIGKILL + restart", e.caughtUp(), "")
 		}},
 		{"kafka-unreachable-30s", func(e *faultEnv) faultRow {
-			e.flowing(300)
-			if err := e.broker.Pause(); err != nil {
-				e.t.Fatal(err)
-			}
-			// Let the acks already on their way land, then the slot
-			// must not move while Kafka cannot acknowledge anything.
-			time.Sleep(5 * time.Second) // the outage's length, not synchronisation
-			frozen := e.confirmedLSN()
-			time.Sleep(25 * time.Second)
-			after := e.confirmedLSN()
-			alive := !e.walbox.exited()
-			if err := e.broker.Resume(); err != nil {
-				e.t.Fatal(err)
-			}
-			if after != frozen {
-				e.t.Errorf("slot confirmed %s -> %s while Kafka was unreachable", frozen, after)
-			}
-			if !alive {
-				e.t.Errorf("walbox exited while Kafka was unreachable: %v", e.walbox.err)
-			}
+			frozen := e.kafkaOutage("unreachable", e.broker.Pause, e.broker.Resume)
 			return e.finish("kafka unreachable 30s", e.caughtUp(), fmt.Sprintf("slot held at %s", frozen))
 		}},
 		{"kafka-connection-reset", func(e *faultEnv) faultRow {
@@ -233,22 +241,9 @@ func TestFaults(t *testing.T) {
 			e.kproxy.Restore()
 			return e.finish("kafka connections reset", e.caughtUp(), "")
 		}},
-		{"kafka-connection-stalled-25s", func(e *faultEnv) faultRow {
-			e.flowing(300)
-			e.kproxy.Blackhole()
-			time.Sleep(5 * time.Second) // the stall's length, not synchronisation
-			frozen := e.confirmedLSN()
-			time.Sleep(20 * time.Second)
-			after := e.confirmedLSN()
-			alive := !e.walbox.exited()
-			e.kproxy.Restore()
-			if after != frozen {
-				e.t.Errorf("slot confirmed %s -> %s while Kafka connections were stalled", frozen, after)
-			}
-			if !alive {
-				e.t.Errorf("walbox exited while Kafka connections were stalled: %v", e.walbox.err)
-			}
-			return e.finish("kafka connections stalled 25s", e.caughtUp(), fmt.Sprintf("slot held at %s", frozen))
+		{"kafka-connection-stalled-30s", func(e *faultEnv) faultRow {
+			frozen := e.kafkaOutage("stalled", func() error { e.kproxy.Blackhole(); return nil }, func() error { e.kproxy.Restore(); return nil })
+			return e.finish("kafka connections stalled 30s", e.caughtUp(), fmt.Sprintf("slot held at %s", frozen))
 		}},
 		{"postgres-crash", func(e *faultEnv) faultRow {
 			e.flowing(300)
