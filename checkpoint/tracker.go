@@ -83,6 +83,19 @@ func (tr *Tracker) Abandon() {
 	tr.open = nil
 }
 
+// Rewind forgets every transaction not confirmed yet, open or committed.
+// A new replication session starts at Confirmed() and the server sends all
+// of them again, so any of their acks still to come (or never to come, for
+// a record that failed) must not hold the new ones back.
+func (tr *Tracker) Rewind() pglogrepl.LSN {
+	c := tr.Confirmed()
+	clear(tr.queue)
+	tr.queue = tr.queue[:0]
+	tr.head = 0
+	tr.open = nil
+	return c
+}
+
 // Confirmed advances past every fully acknowledged transaction at the head of
 // the queue and returns the end LSN of the last one: the position that is safe
 // to report as flushed.

@@ -132,6 +132,26 @@ func TestTrackerConfirmsOnlyFullyAckedPrefix(t *testing.T) {
 			},
 			want: 250,
 		},
+		{
+			// A record of a that will never be acked (it failed before a
+			// reconnect) must not block the transactions of the replay.
+			name: "rewind drops stuck transactions and keeps the confirmed position",
+			run: func(tr *Tracker) pglogrepl.LSN {
+				a := tr.Begin()
+				a.Add(1)
+				tr.Commit(a, 200)
+				tr.Begin()
+				if got := tr.Rewind(); got != 100 {
+					return got
+				}
+				b := tr.Begin()
+				b.Add(1)
+				tr.Commit(b, 200)
+				b.Ack()
+				return tr.Confirmed()
+			},
+			want: 200,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

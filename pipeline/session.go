@@ -33,11 +33,10 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		_ = conn.Close(cctx)
 	}()
 
-	// A new walsender session re-sends Relation messages and the whole of
-	// any transaction we had only partly received.
+	// A new walsender session re-sends Relation messages and every
+	// transaction after the confirmed position, whole.
 	r.dec.Reset()
-	r.tracker.Abandon()
-	start := r.tracker.Confirmed()
+	start := r.tracker.Rewind()
 	args := []string{
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
