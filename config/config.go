@@ -77,6 +77,8 @@ type Config struct {
 	// holds (a killed predecessor's walsender lingers until it notices)
 	// before it stops with an error.
 	SlotBusyTimeout time.Duration
+	// FailoverSlot creates the slot with failover enabled (PostgreSQL 17+).
+	FailoverSlot bool
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration

@@ -119,6 +119,9 @@ type rawFlag struct {
 
 func (f rawFlag) String() string { return "" }
 
+// IsBoolFlag lets a boolean option be given as a bare --name.
+func (f rawFlag) IsBoolFlag() bool { return f.o.value.arg == "BOOL" }
+
 func (f rawFlag) Set(s string) error {
 	f.vals[f.o] = append(f.vals[f.o], s)
 	return nil

@@ -108,6 +108,12 @@ var options = []*option{
 		check: func(c *Config) error { return checkPositive(c.PGReceiveTimeout) },
 	},
 	{
+		flag: "failover-slot", env: "WALBOX_FAILOVER_SLOT", yaml: "failover_slot", group: groupPostgres,
+		help:  "Create the slot as a failover slot (PostgreSQL 17+), so a standby configured with sync_replication_slots can take it over",
+		value: boolValue(func(c *Config) *bool { return &c.FailoverSlot }),
+		check: func(*Config) error { return nil }, // any boolean; the server version is checked on start
+	},
+	{
 		flag: "slot-busy-timeout", env: "WALBOX_SLOT_BUSY_TIMEOUT", yaml: "slot_busy_timeout", group: groupPostgres,
 		help:  "How long to wait for a slot held by another process (a killed predecessor lingers up to wal_sender_timeout) before stopping with an error",
 		value: durationValue(func(c *Config) *time.Duration { return &c.SlotBusyTimeout }),
@@ -360,6 +366,24 @@ func durationValue(field func(*Config) *time.Duration) value {
 			return nil
 		},
 		get: func(c *Config) string { return field(c).String() },
+	}
+}
+
+const expectBool = "expected true or false"
+
+func boolValue(field func(*Config) *bool) value {
+	return value{
+		arg:    "BOOL",
+		expect: expectBool,
+		set: func(c *Config, s string) error {
+			b, err := strconv.ParseBool(strings.TrimSpace(s))
+			if err != nil {
+				return errors.New(expectBool)
+			}
+			*field(c) = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(*field(c)) },
 	}
 }
 

@@ -91,7 +91,7 @@ func TestEveryFieldHasAnOption(t *testing.T) {
 	sample := map[string]string{
 		"DSN": "host=other", "LIST": "other:1", "NAME": "other", "DURATION": "7s",
 		"SIZE": "7KiB", "N": "7", "TEMPLATE": "other", "MODE": "dead-letter", "ADDR": ":7",
-		"LEVEL": "debug", "FORMAT": "text",
+		"LEVEL": "debug", "FORMAT": "text", "BOOL": "true",
 	}
 	changed := map[string]string{} // field -> flag
 	base := Defaults()

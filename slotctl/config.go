@@ -40,6 +40,9 @@ type Config struct {
 	// missing; when false they only verify and return ErrPublicationNotFound
 	// or ErrSlotNotFound. Default false.
 	CreateMissing bool
+	// Failover creates the slot with failover enabled and requires an
+	// existing one to have it (PostgreSQL 17+; see Features). Default false.
+	Failover bool
 }
 
 // WithDefaults returns c with empty names replaced by their defaults.
@@ -69,6 +72,7 @@ type resolved struct {
 	slot          string
 	publication   string
 	createMissing bool
+	failover      bool
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -77,7 +81,7 @@ func (c Config) resolve() (resolved, error) {
 	if err := errors.Join(err, ValidateSlotName(c.Slot), validatePublication(c.Publication)); err != nil {
 		return resolved{}, err
 	}
-	return resolved{table: table, slot: c.Slot, publication: c.Publication, createMissing: c.CreateMissing}, nil
+	return resolved{table: table, slot: c.Slot, publication: c.Publication, createMissing: c.CreateMissing, failover: c.Failover}, nil
 }
 
 // TableName is a schema-qualified table name as stored in the catalog.

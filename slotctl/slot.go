@@ -20,6 +20,8 @@ type SlotInfo struct {
 	SlotType  string // "logical" or "physical"
 	Database  string // "" for a physical slot
 	Temporary bool
+	// Failover is true for a failover slot (PostgreSQL 17+).
+	Failover bool
 	// Active is true while a process streams from the slot; ActivePID is
 	// that process (a walsender), 0 when inactive.
 	Active    bool
@@ -65,11 +67,12 @@ SELECT slot_name::text, COALESCE(plugin::text, ''), slot_type, COALESCE(database
        COALESCE(pg_wal_lsn_diff(
            CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
            restart_lsn), 0)::bigint,
-       COALESCE(to_jsonb(s) ->> 'invalidation_reason', '')
+       COALESCE(to_jsonb(s) ->> 'invalidation_reason', ''),
+       COALESCE((to_jsonb(s) ->> 'failover')::boolean, false)
 FROM pg_replication_slots s
 WHERE slot_name = $1`, slot).Scan(&s.Name, &s.Plugin, &s.SlotType, &s.Database,
 		&s.Temporary, &s.Active, &s.ActivePID, &confirmed, &restart, &s.WALStatus, &s.RetainedBytes,
-		&s.InvalidationReason)
+		&s.InvalidationReason, &s.Failover)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, fmt.Errorf("%w: slot %q does not exist; create it with `slotctl create` (or let walbox create it)", ErrSlotNotFound, slot)
 	}
@@ -106,12 +109,22 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 	if err != nil {
 		return SlotInfo{}, err
 	}
+	version := 0
+	if r.failover {
+		if version, err = serverVersionNum(ctx, conn); err != nil {
+			return SlotInfo{}, err
+		}
+		if !FeaturesFor(version).FailoverSlots {
+			return SlotInfo{}, fmt.Errorf("%w: failover slots need PostgreSQL 17 or newer, the server is %d; turn --failover-slot off",
+				ErrUnsupportedVersion, version)
+		}
+	}
 	s, err := Inspect(ctx, conn, r.slot)
 	if errors.Is(err, ErrSlotNotFound) {
 		if !r.createMissing {
 			return s, err
 		}
-		s, err = CreateSlot(ctx, conn, r.slot)
+		s, err = createSlot(ctx, conn, r.slot, r.failover)
 		if errors.Is(err, ErrSlotExists) {
 			// Created concurrently by another walbox: verify theirs.
 			s, err = Inspect(ctx, conn, r.slot)
@@ -139,6 +152,9 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 	if s.Temporary {
 		diffs = append(diffs, "is temporary (it vanishes with the session that created it)")
 	}
+	if r.failover && !s.Failover {
+		diffs = append(diffs, "is not a failover slot (recreate it, or turn it on with the replication command ALTER_REPLICATION_SLOT "+s.Name+" (FAILOVER true))")
+	}
 	if len(diffs) > 0 {
 		return s, fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may), or choose another slot with --slot",
 			ErrSlotMismatch, s.Name, strings.Join(diffs, "; "), s.Name)
@@ -165,10 +181,19 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 // max_replication_slots are all used; ErrWALLevel, ErrNoReplicationPrivilege
 // when Preflight would have said so.
 func CreateSlot(ctx context.Context, conn Querier, slot string) (SlotInfo, error) {
+	return createSlot(ctx, conn, slot, false)
+}
+
+func createSlot(ctx context.Context, conn Querier, slot string, failover bool) (SlotInfo, error) {
 	if err := ValidateSlotName(slot); err != nil {
 		return SlotInfo{}, err
 	}
-	_, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, $2)`, slot, Plugin)
+	sql := `SELECT pg_create_logical_replication_slot($1, $2)`
+	if failover {
+		// (slot_name, plugin, temporary, twophase, failover): PostgreSQL 17+.
+		sql = `SELECT pg_create_logical_replication_slot($1, $2, false, false, true)`
+	}
+	_, err := conn.Exec(ctx, sql, slot, Plugin)
 	switch sqlState(err) {
 	case "":
 		if err != nil {

@@ -52,7 +52,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	schema, table := cfg.TableName()
-	slotCfg := slotctl.Config{Table: schema + "." + table, Slot: cfg.Slot, Publication: cfg.Publication, CreateMissing: true}
+	slotCfg := slotctl.Config{Table: schema + "." + table, Slot: cfg.Slot, Publication: cfg.Publication, CreateMissing: true, Failover: cfg.FailoverSlot}
 	slot, err := prepareSlot(ctx, cfg, slotCfg, rt, log)
 	if err != nil {
 		return err
