@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -189,7 +188,7 @@ func (w *walboxRelay) Start(ctx context.Context) error {
 	w.done = make(chan error, 1)
 	go func() {
 		err := relay.Run(rctx, start)
-		if err != nil && !errors.Is(err, pipeline.ErrStopped) {
+		if err != nil { // Run returns nil after a clean stop
 			w.failed.Store(&err)
 		}
 		w.done <- err
@@ -207,9 +206,6 @@ func (w *walboxRelay) Stop() error {
 	err := <-w.done
 	w.kcl.Close()
 	w.cancel = nil
-	if errors.Is(err, pipeline.ErrStopped) {
-		err = nil
-	}
 	return err
 }
 

@@ -12,10 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
-// ErrStopped is returned by Relay.Run when it stopped because its context was
-// cancelled and it shut down cleanly.
-var ErrStopped = errors.New("relay stopped")
-
 // ProduceError is a record Kafka refused for good (franz-go retries the
 // transient failures itself). The slot is not confirmed past it, so after
 // the cause is fixed a restart sends it again.
