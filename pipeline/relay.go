@@ -246,7 +246,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if ferr := r.failureErr(); ferr != nil {
 			return ferr
 		}
-		delay := backoff(attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
+		delay := Backoff(attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
 		attempt++
 		r.log.Warn("replication session ended, reconnecting",
 			"err", err, "slot", r.cfg.Slot, "attempt", attempt, "retry_in", delay.String(),
@@ -261,9 +261,10 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	}
 }
 
-// backoff returns a capped exponential delay with jitter, so a fleet of
-// restarted relays does not reconnect in lockstep.
-func backoff(attempt int, lo, hi time.Duration) time.Duration {
+// Backoff returns the delay before retry number attempt (from 0): capped
+// exponential between lo and hi, with jitter so a fleet of restarted relays
+// does not reconnect in lockstep.
+func Backoff(attempt int, lo, hi time.Duration) time.Duration {
 	d := lo
 	for i := 0; i < attempt && d < hi; i++ {
 		d *= 2

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -164,7 +163,7 @@ func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config,
 		if !pipeline.IsRetryable(err) {
 			return nil, err
 		}
-		delay := min(cfg.ReconnectBackoffMin<<min(attempt, 16), cfg.ReconnectBackoffMax)
+		delay := pipeline.Backoff(attempt, cfg.ReconnectBackoffMin, cfg.ReconnectBackoffMax)
 		log.Warn("postgres not reachable, retrying", "err", err, "retry_in", delay.String())
 		t := time.NewTimer(delay)
 		select {
@@ -209,10 +208,13 @@ func deadLetterTopic(cfg config.Config) string {
 // checkTableColumns refuses to start when the routing names a column the
 // outbox table lacks; otherwise the first row would fail instead.
 func checkTableColumns(ctx context.Context, conn *pgx.Conn, table string, rt *router.Router) error {
-	schema, name, _ := strings.Cut(table, ".")
+	name, err := slotctl.ParseTableName(table)
+	if err != nil {
+		return err
+	}
 	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
 		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
-		pgx.Identifier{schema, name}.Sanitize())
+		name.Sanitize())
 	if err != nil {
 		return fmt.Errorf("read the columns of %s: %w", table, err)
 	}
