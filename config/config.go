@@ -63,6 +63,10 @@ type Config struct {
 	// MessagePrefix, when set, routes transactional logical decoding
 	// messages with this prefix as outbox events.
 	MessagePrefix string
+	// MessagePrefixAllowPublic acknowledges that PUBLIC may execute
+	// pg_logical_emit_message, so any role can emit outbox messages; without
+	// it walbox refuses to start with MessagePrefix set on such a server.
+	MessagePrefixAllowPublic bool
 	// MetricsAddr is the host:port the Prometheus endpoint listens on;
 	// "" disables it. Default "127.0.0.1:9187".
 	MetricsAddr string
@@ -79,6 +83,12 @@ type Config struct {
 	SlotBusyTimeout time.Duration
 	// FailoverSlot creates the slot with failover enabled (PostgreSQL 17+).
 	FailoverSlot bool
+	// CreateSlot lets walbox create a missing slot even though the
+	// publication exists. Without it a missing slot is created only on a
+	// clear first start (the publication did not exist either); otherwise
+	// it is reported, because a new slot starts at "now" and would skip
+	// every event committed since the old slot's position.
+	CreateSlot bool
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration

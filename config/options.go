@@ -114,6 +114,12 @@ var options = []*option{
 		check: func(*Config) error { return nil }, // any boolean; the server version is checked on start
 	},
 	{
+		flag: "create-slot", env: "WALBOX_CREATE_SLOT", yaml: "create_slot", group: groupPostgres,
+		help:  "Create the replication slot when it is missing although the publication exists (a missing slot otherwise stops walbox: events since its position would be skipped)",
+		value: boolValue(func(c *Config) *bool { return &c.CreateSlot }),
+		check: func(*Config) error { return nil },
+	},
+	{
 		flag: "slot-busy-timeout", env: "WALBOX_SLOT_BUSY_TIMEOUT", yaml: "slot_busy_timeout", group: groupPostgres,
 		help:  "How long to wait for a slot held by another process (a killed predecessor lingers up to wal_sender_timeout) before stopping with an error",
 		value: durationValue(func(c *Config) *time.Duration { return &c.SlotBusyTimeout }),
@@ -199,6 +205,12 @@ var options = []*option{
 		help:  "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
 		value: stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),
 		check: func(c *Config) error { return checkMessagePrefix(c.MessagePrefix) },
+	},
+	{
+		flag: "message-prefix-allow-public", env: "WALBOX_MESSAGE_PREFIX_ALLOW_PUBLIC", yaml: "message_prefix_allow_public", group: groupRouting,
+		help:  "Start with --message-prefix although PUBLIC may execute pg_logical_emit_message, so any database role can emit events (see migrations/004)",
+		value: boolValue(func(c *Config) *bool { return &c.MessagePrefixAllowPublic }),
+		check: func(*Config) error { return nil },
 	},
 	{
 		flag: "dedup-window", env: "WALBOX_DEDUP_WINDOW", yaml: "dedup_window", group: groupRouting,

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -33,103 +32,6 @@ type Router interface {
 }
 
 var _ Router = (*router.Router)(nil)
-
-// Config holds the relay's settings. Zero durations and sizes take the
-// defaults noted on each field.
-type Config struct {
-	// ConnString is a libpq URL or key=value DSN; the relay adds
-	// replication=database itself.
-	ConnString  string
-	Slot        string
-	Publication string
-	// StatusInterval is how often a standby status update is sent (1s).
-	StatusInterval time.Duration
-	// ReceiveTimeout is how long the replication connection may stay
-	// silent (30s). At half of it the status update asks the server for a
-	// reply; past it the connection is given up as dead, which is how a
-	// connection stalled without being closed (a partition, a hung proxy)
-	// is noticed: the server only pings a client that stops replying, and
-	// writes into a dead socket succeed for a long time.
-	ReceiveTimeout time.Duration
-	// ShutdownTimeout bounds the wait for in-flight acks on stop (30s).
-	ShutdownTimeout time.Duration
-	// DedupWindow is how many acknowledged event ids are remembered to skip
-	// what Postgres re-sends after a reconnect; 0 disables it.
-	DedupWindow int
-	// MaxInflightRecords and MaxInflightBytes bound unacknowledged records
-	// (10000, 64 MiB).
-	MaxInflightRecords int
-	MaxInflightBytes   int64
-	// BackoffMin and BackoffMax bound the reconnect delay (500ms, 30s).
-	BackoffMin, BackoffMax time.Duration
-	// DeadLetterTopic, when set, receives records Kafka refuses for what
-	// they are (too large, invalid); empty means such a refusal stops the
-	// relay. It should match the router's dead-letter policy.
-	DeadLetterTopic string
-	// MaxBatchBytes is the producer's batch limit (ProducerBatchMaxBytes).
-	// A record refused as too large that is itself near this size is the
-	// culprit and may be dead-lettered; a smaller one was refused with its
-	// batch, because a topic's max.message.bytes is below the limit, and
-	// that stops the relay with advice instead. 0 means franz-go's default.
-	MaxBatchBytes int
-	// MessagePrefix, when set, makes walbox also route transactional
-	// logical decoding messages with this prefix (pg_logical_emit_message)
-	// as outbox events; see message.go.
-	MessagePrefix string
-	// SlotBusyTimeout is how long a slot held by another process (SQLSTATE
-	// 55006) is waited for before giving up (2m): long enough for a killed
-	// predecessor's walsender to notice (wal_sender_timeout, 60s by
-	// default), short enough to report a second walbox on the same slot.
-	SlotBusyTimeout time.Duration
-}
-
-func (c *Config) setDefaults() {
-	if c.StatusInterval <= 0 {
-		c.StatusInterval = time.Second
-	}
-	if c.ReceiveTimeout <= 0 {
-		c.ReceiveTimeout = 30 * time.Second
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.MaxInflightRecords <= 0 {
-		c.MaxInflightRecords = 10000
-	}
-	if c.MaxInflightBytes <= 0 {
-		c.MaxInflightBytes = 64 << 20
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 1000012 // franz-go's default
-	}
-	if c.SlotBusyTimeout <= 0 {
-		c.SlotBusyTimeout = 2 * time.Minute
-	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = 500 * time.Millisecond
-	}
-	if c.BackoffMax < c.BackoffMin {
-		c.BackoffMax = max(30*time.Second, c.BackoffMin)
-	}
-}
-
-// Validate reports settings the relay cannot run with.
-func (c Config) Validate() error {
-	var errs []error
-	if c.ConnString == "" {
-		errs = append(errs, errors.New("pipeline: connection string is empty"))
-	}
-	if c.Slot == "" {
-		errs = append(errs, errors.New("pipeline: slot name is empty"))
-	}
-	if c.Publication == "" {
-		errs = append(errs, errors.New("pipeline: publication name is empty"))
-	}
-	if c.DedupWindow < 0 {
-		errs = append(errs, fmt.Errorf("pipeline: dedup window %d is negative", c.DedupWindow))
-	}
-	return errors.Join(errs...)
-}
 
 // Relay moves outbox rows from a replication slot to Kafka. Create it with
 // New; Run may be called once.
