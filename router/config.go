@@ -1,9 +1,11 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Columns names the outbox table's columns. An empty field takes its default
@@ -14,17 +16,17 @@ import (
 // operator, "column->>key" (for example "metadata->>Aggregate-Id" for
 // watermill-sql tables, which keep everything but the payload in a metadata
 // column). The key is taken literally: no quoting, no nested paths. Payload
-// and Headers must be plain column names.
+// and Headers must be plain column names. A column name is written as stored
+// in the catalog: unquoted, case-sensitive, at most 63 bytes.
 //
 // ID, EventType and Headers are optional per table: a table without them (or a
 // row with them NULL) simply gets no event_id, event_type or row headers.
 // AggregateID and Payload are required in every row.
 type Columns struct {
-	// ID is the event id, sent as the event_id header and used for dedup.
-	// Default "id".
+	// ID is the event id, sent as the event_id header. Default "id".
 	ID string
-	// AggregateType is the column the default topic template routes by.
-	// Default "aggregate_type".
+	// AggregateType is the aggregate's type; the default topic template
+	// routes by it. Default "aggregate_type".
 	AggregateType string
 	// AggregateID is the record key: every event of one aggregate lands on
 	// one partition, which is what keeps them in order. Default
@@ -72,6 +74,27 @@ func (c Columns) withDefaults() Columns {
 	return c
 }
 
+// logicalField is one outbox role: its placeholder name in a topic template,
+// its Config field, and whether it must be a plain column.
+type logicalField struct {
+	name  string
+	field Field
+	get   func(*Columns) string
+	plain bool
+}
+
+// logicalFields are the names a topic template placeholder may use for the
+// roles, whatever columns they are mapped to.
+var logicalFields = []logicalField{
+	{"id", FieldColumnsID, func(c *Columns) string { return c.ID }, false},
+	{"aggregate_type", FieldColumnsAggregateType, func(c *Columns) string { return c.AggregateType }, false},
+	{"aggregate_id", FieldColumnsAggregateID, func(c *Columns) string { return c.AggregateID }, false},
+	{"event_type", FieldColumnsEventType, func(c *Columns) string { return c.EventType }, false},
+	{"payload", FieldColumnsPayload, func(c *Columns) string { return c.Payload }, true},
+	{"headers", FieldColumnsHeaders, func(c *Columns) string { return c.Headers }, true},
+	{"topic", FieldColumnsTopic, func(c *Columns) string { return c.Topic }, false},
+}
+
 // Policy says what Route does with a row it cannot turn into a record.
 type Policy string
 
@@ -86,6 +109,7 @@ const (
 )
 
 // ParsePolicy parses "fail" or "dead-letter". The empty string is PolicyFail.
+// The error is a *ConfigError for FieldInvalidRows.
 func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case "", PolicyFail:
@@ -93,11 +117,12 @@ func ParsePolicy(s string) (Policy, error) {
 	case PolicyDeadLetter:
 		return PolicyDeadLetter, nil
 	}
-	return "", configError("unknown invalid_rows policy " + strconv.Quote(s) + ` (want "fail" or "dead-letter")`)
+	return "", configErrorf(FieldInvalidRows, s, "unknown policy; expected %q or %q", PolicyFail, PolicyDeadLetter)
 }
 
 // DefaultTopicTemplate is the topic template used when Config.TopicTemplate is
-// empty, with {aggregate_type} standing for Columns.AggregateType. It matches
+// empty and no topic column is set. Its {aggregate_type} is the logical field,
+// so it follows Columns.AggregateType wherever that is mapped. It matches
 // Debezium's outbox event router default, so consumers moving from Debezium
 // keep their topics.
 const DefaultTopicTemplate = "outbox.event.{aggregate_type}"
@@ -108,11 +133,24 @@ type Config struct {
 	// Columns names the outbox columns; empty fields take their defaults.
 	Columns Columns
 	// TopicTemplate renders each row's topic when Columns.Topic is unset:
-	// literal text with placeholders in braces, each naming a column (or
-	// column->>key) whose text value is substituted, e.g.
+	// literal text with placeholders in braces, e.g.
 	// "orders.{aggregate_type}.v1". Literal text must be valid in a Kafka
 	// topic name ([a-zA-Z0-9._-]); braces cannot be escaped, as Kafka forbids
-	// them in topic names anyway. Default: "outbox.event.{<Columns.AggregateType>}".
+	// them in topic names anyway. Default DefaultTopicTemplate.
+	//
+	// A placeholder names a logical field or a column:
+	//   - id, aggregate_type, aggregate_id, event_type, payload, headers and
+	//     topic stand for the column Columns maps that field to (after
+	//     defaults), so with AggregateType "aggregatetype",
+	//     {aggregate_type} reads column aggregatetype. A logical name wins
+	//     over a column of the same name: if the table also has a column
+	//     literally named aggregate_type while AggregateType maps elsewhere,
+	//     {aggregate_type} still reads the mapped column. {topic} is the
+	//     column named topic while Columns.Topic is unset.
+	//   - any other name is a column of the table, and "column->>key" a
+	//     top-level key of a JSON object column (always a column, never a
+	//     logical field).
+	//
 	// Ignored when Columns.Topic is set (but still validated if given).
 	TopicTemplate string
 	// InvalidRows is the policy for rows that cannot be routed. Default
@@ -130,7 +168,7 @@ func (c Config) withDefaults() Config {
 		c.InvalidRows = PolicyFail
 	}
 	if c.TopicTemplate == "" && c.Columns.Topic == "" {
-		c.TopicTemplate = "outbox.event.{" + c.Columns.AggregateType + "}"
+		c.TopicTemplate = DefaultTopicTemplate
 	}
 	return c
 }
@@ -138,7 +176,9 @@ func (c Config) withDefaults() Config {
 // Validate reports whether the configuration is usable, with defaults
 // applied: the policy is known, a dead-letter topic is given exactly when the
 // policy needs one and is a valid Kafka topic name, the column names parse,
-// and the topic template compiles.
+// and the topic template compiles. It reports every problem at once, each a
+// *ConfigError naming its Field, joined with errors.Join; all unwrap to
+// ErrInvalidConfig.
 func (c Config) Validate() error {
 	_, _, err := c.compile()
 	return err
@@ -148,56 +188,51 @@ func (c Config) Validate() error {
 // template (nil when a topic column is configured).
 func (c Config) compile() (Config, *template, error) {
 	c = c.withDefaults()
-	if _, err := ParsePolicy(string(c.InvalidRows)); err != nil {
-		return c, nil, err
+	var errs []error
+	policy, err := ParsePolicy(string(c.InvalidRows))
+	if err != nil {
+		errs = append(errs, err)
 	}
-	switch c.InvalidRows {
-	case PolicyDeadLetter:
-		if c.DeadLetterTopic == "" {
-			return c, nil, configError("invalid_rows: dead-letter needs a dead_letter_topic")
-		}
+	switch {
+	case policy == PolicyDeadLetter && c.DeadLetterTopic == "":
+		e := configErrorf(FieldDeadLetterTopic, "", "required with %s %q: set it to the topic that receives rows that cannot be routed",
+			FieldInvalidRows, PolicyDeadLetter)
+		e.Missing = true
+		errs = append(errs, e)
+	case policy == PolicyDeadLetter:
 		if why := topicProblem(c.DeadLetterTopic); why != "" {
-			return c, nil, configError("dead_letter_topic " + strconv.Quote(c.DeadLetterTopic) + ": " + why)
+			errs = append(errs, configErrorf(FieldDeadLetterTopic, c.DeadLetterTopic, "%s", why))
 		}
-	case PolicyFail:
-		if c.DeadLetterTopic != "" {
-			return c, nil, configError("dead_letter_topic is set but invalid_rows is fail, so it would never be used; " +
-				"set invalid_rows: dead-letter or remove dead_letter_topic")
-		}
+	case err == nil && c.DeadLetterTopic != "":
+		errs = append(errs, configErrorf(FieldDeadLetterTopic, c.DeadLetterTopic,
+			"set, but %s is %q, under which invalid rows stop walbox, so it would never be used; set %s to %q or remove it",
+			FieldInvalidRows, policy, FieldInvalidRows, PolicyDeadLetter))
 	}
-	cols := []struct {
-		field, name string
-		plain       bool
-	}{
-		{"id", c.Columns.ID, false},
-		{"aggregate_type", c.Columns.AggregateType, false},
-		{"aggregate_id", c.Columns.AggregateID, false},
-		{"event_type", c.Columns.EventType, false},
-		{"payload", c.Columns.Payload, true},
-		{"headers", c.Columns.Headers, true},
-		{"topic", c.Columns.Topic, false},
-	}
-	for _, col := range cols {
-		if col.name == "" {
+	for _, lf := range logicalFields {
+		name := lf.get(&c.Columns)
+		if name == "" {
 			continue // only Topic may be empty after defaults
 		}
-		rf, err := parseRef(col.name)
+		rf, err := parseRef(name)
 		if err != nil {
-			return c, nil, configError("columns." + col.field + ": " + err.Error())
+			errs = append(errs, configErrorf(lf.field, name, "%v", err))
+			continue
 		}
-		if col.plain && rf.json {
-			return c, nil, configError("columns." + col.field + " " + strconv.Quote(col.name) +
-				": must be a plain column name, not a ->> extraction")
+		if lf.plain && rf.json {
+			errs = append(errs, configErrorf(lf.field, name, "must be a plain column name, not a ->> extraction"))
 		}
 	}
-	if c.TopicTemplate == "" {
-		return c, nil, nil // a topic column is set and no template given
+	var t *template
+	if c.TopicTemplate != "" {
+		// A template given alongside a topic column is still checked: it is
+		// unused, but a typo in it should not wait for the column to be removed.
+		t, err = compileTemplate(c.TopicTemplate, &c.Columns)
+		if err != nil {
+			errs = append(errs, configErrorf(FieldTopicTemplate, c.TopicTemplate, "%v", err))
+		}
 	}
-	// A template given alongside a topic column is still checked: it is
-	// unused, but a typo in it should not wait for the column to be removed.
-	t, err := compileTemplate(c.TopicTemplate)
-	if err != nil {
-		return c, nil, configError("topic_template " + strconv.Quote(c.TopicTemplate) + ": " + err.Error())
+	if len(errs) > 0 {
+		return c, nil, errors.Join(errs...)
 	}
 	if c.Columns.Topic != "" {
 		return c, nil, nil
@@ -216,13 +251,26 @@ type ref struct {
 
 const jsonArrow = "->>"
 
+// maxIdentLen is NAMEDATALEN-1: Postgres truncates longer names, so a longer
+// column name could never match what pgoutput sends.
+const maxIdentLen = 63
+
 func parseRef(s string) (ref, error) {
 	col, key, isJSON := strings.Cut(s, jsonArrow)
 	switch {
 	case col == "":
-		return ref{}, fmt.Errorf("%q: empty column name", s)
+		return ref{}, errors.New("empty column name")
 	case isJSON && key == "":
-		return ref{}, fmt.Errorf("%q: empty key after ->>", s)
+		return ref{}, errors.New("empty key after ->>")
+	case len(col) > maxIdentLen:
+		return ref{}, fmt.Errorf("column name %q is %d bytes long, Postgres keeps only %d", col, len(col), maxIdentLen)
+	case strings.ContainsRune(col, '"'):
+		return ref{}, fmt.Errorf("column name %q: write it without quotes, exactly as stored; names are case-sensitive here", col)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return ref{}, fmt.Errorf("it contains the control character %q", r)
+		}
 	}
 	return ref{spec: s, column: col, key: key, json: isJSON}, nil
 }
@@ -231,8 +279,10 @@ func parseRef(s string) (ref, error) {
 // order. Compiling once means Route only appends bytes.
 type template struct {
 	segs    []segment
-	refs    []ref  // placeholders, indexed by segment.ref
-	columns string // placeholder names joined by ", ", for errors about the rendered topic
+	refs    []ref    // placeholders resolved to columns, indexed by segment.ref
+	names   []string // placeholders as written, parallel to refs
+	logical []Field  // the logical field a placeholder names, "" for a column
+	columns string   // placeholder names joined by ", ", for errors about the rendered topic
 }
 
 // segment is a literal (ref < 0) or a placeholder (index into template.refs).
@@ -241,7 +291,10 @@ type segment struct {
 	ref int
 }
 
-func compileTemplate(s string) (*template, error) {
+// compileTemplate parses s and resolves its placeholders against cols (with
+// defaults applied): a logical field name stands for its mapped column, any
+// other name is a column (see Config.TopicTemplate).
+func compileTemplate(s string, cols *Columns) (*template, error) {
 	if s == "" {
 		return nil, fmt.Errorf("empty template")
 	}
@@ -257,12 +310,23 @@ func compileTemplate(s string) (*template, error) {
 			if name == "" {
 				return nil, fmt.Errorf("empty placeholder {} at offset %d", i)
 			}
-			rf, err := parseRef(name)
+			spec, field := name, Field("")
+			for _, lf := range logicalFields {
+				if lf.name == name {
+					if mapped := lf.get(cols); mapped != "" {
+						spec, field = mapped, lf.field
+					}
+					break
+				}
+			}
+			rf, err := parseRef(spec)
 			if err != nil {
-				return nil, fmt.Errorf("placeholder at offset %d: %v", i, err)
+				return nil, fmt.Errorf("placeholder {%s} at offset %d: %v", name, i, err)
 			}
 			t.segs = append(t.segs, segment{ref: len(t.refs)})
 			t.refs = append(t.refs, rf)
+			t.names = append(t.names, name)
+			t.logical = append(t.logical, field)
 			if t.columns != "" {
 				t.columns += ", "
 			}

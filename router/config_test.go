@@ -20,10 +20,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "json key placeholder", cfg: Config{TopicTemplate: "wm.{metadata->>Source-Service}"}},
 		{name: "json key columns", cfg: Config{Columns: Columns{AggregateID: "metadata->>Aggregate-Id", EventType: "metadata->>Event-Type"}}},
 
-		{name: "unknown policy", cfg: Config{InvalidRows: "skip"}, wantErr: `unknown invalid_rows policy "skip"`},
-		{name: "dead letter without topic", cfg: Config{InvalidRows: PolicyDeadLetter}, wantErr: "needs a dead_letter_topic"},
-		{name: "dead letter topic with fail policy", cfg: Config{DeadLetterTopic: "dlq"}, wantErr: "would never be used"},
-		{name: "dead letter topic invalid", cfg: Config{InvalidRows: PolicyDeadLetter, DeadLetterTopic: "dead letters"}, wantErr: `dead_letter_topic "dead letters": topic name contains " "`},
+		{name: "unknown policy", cfg: Config{InvalidRows: "skip"}, wantErr: `router: InvalidRows "skip": unknown policy; expected "fail" or "dead-letter"`},
+		{name: "dead letter without topic", cfg: Config{InvalidRows: PolicyDeadLetter}, wantErr: `router: DeadLetterTopic: required with InvalidRows "dead-letter"`},
+		{name: "dead letter topic with fail policy", cfg: Config{DeadLetterTopic: "dlq"}, wantErr: `router: DeadLetterTopic "dlq": set, but InvalidRows is "fail"`},
+		{name: "dead letter topic invalid", cfg: Config{InvalidRows: PolicyDeadLetter, DeadLetterTopic: "dead letters"}, wantErr: `DeadLetterTopic "dead letters": topic name contains " "`},
 		{name: "dead letter topic ..", cfg: Config{InvalidRows: PolicyDeadLetter, DeadLetterTopic: ".."}, wantErr: `cannot be "." or ".."`},
 
 		{name: "unclosed brace", cfg: Config{TopicTemplate: "orders.{aggregate_type"}, wantErr: "unclosed { at offset 7"},
@@ -39,11 +39,17 @@ func TestConfigValidate(t *testing.T) {
 		{name: "placeholder with empty column", cfg: Config{TopicTemplate: "a.{->>k}"}, wantErr: "empty column name"},
 		{name: "bad template checked even with a topic column", cfg: Config{Columns: Columns{Topic: "topic"}, TopicTemplate: "{x"}, wantErr: "unclosed {"},
 
-		{name: "payload as json key", cfg: Config{Columns: Columns{Payload: "data->>body"}}, wantErr: "columns.payload \"data->>body\": must be a plain column name"},
-		{name: "headers as json key", cfg: Config{Columns: Columns{Headers: "meta->>h"}}, wantErr: "columns.headers"},
-		{name: "aggregate id with empty key", cfg: Config{Columns: Columns{AggregateID: "meta->>"}}, wantErr: "columns.aggregate_id: \"meta->>\": empty key"},
-		{name: "event type with empty column", cfg: Config{Columns: Columns{EventType: "->>t"}}, wantErr: "columns.event_type"},
-		{name: "default template follows aggregate type column", cfg: Config{Columns: Columns{AggregateType: "a}b"}}, wantErr: "unmatched }"},
+		{name: "payload as json key", cfg: Config{Columns: Columns{Payload: "data->>body"}}, wantErr: `Columns.Payload "data->>body": must be a plain column name`},
+		{name: "headers as json key", cfg: Config{Columns: Columns{Headers: "meta->>h"}}, wantErr: "Columns.Headers"},
+		{name: "aggregate id with empty key", cfg: Config{Columns: Columns{AggregateID: "meta->>"}}, wantErr: `Columns.AggregateID "meta->>": empty key after ->>`},
+		{name: "event type with empty column", cfg: Config{Columns: Columns{EventType: "->>t"}}, wantErr: `Columns.EventType "->>t": empty column name`},
+		{name: "column name quoted", cfg: Config{Columns: Columns{Payload: `"Payload"`}}, wantErr: `Columns.Payload "\"Payload\"": column name "\"Payload\"": write it without quotes`},
+		{name: "column name too long", cfg: Config{Columns: Columns{ID: strings.Repeat("c", 64)}}, wantErr: "Postgres keeps only 63"},
+		{name: "topic column with control character", cfg: Config{Columns: Columns{Topic: "a\nb"}}, wantErr: "control character"},
+		{name: "placeholder naming a bad column", cfg: Config{TopicTemplate: "x.{" + strings.Repeat("c", 64) + "}"}, wantErr: "TopicTemplate"},
+		// A column name with a brace is legal in Postgres; the default
+		// template names the logical field, not the column, so it compiles.
+		{name: "default template with an odd aggregate type column", cfg: Config{Columns: Columns{AggregateType: "a}b"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

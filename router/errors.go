@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pglogrepl"
@@ -18,7 +19,8 @@ var (
 	ErrInvalidRow = errors.New("invalid outbox row")
 
 	// ErrInvalidConfig means Config.Validate (or New) rejected the
-	// configuration. The wrapped message names the field and the fix.
+	// configuration, each problem as a *ConfigError naming the field and the
+	// fix, or CheckColumns found the table lacks a configured column.
 	ErrInvalidConfig = errors.New("invalid router configuration")
 )
 
@@ -60,18 +62,70 @@ func (e *InvalidRowError) Error() string {
 // Unwrap returns ErrInvalidRow.
 func (e *InvalidRowError) Unwrap() error { return ErrInvalidRow }
 
-// configError wraps ErrInvalidConfig with a detail.
-func configError(detail string) error {
-	return &wrapped{sentinel: ErrInvalidConfig, msg: "router: " + detail}
+// Field names a Config field, as written in Go ("Columns.AggregateID"). A
+// *ConfigError carries the Field at fault, so that a caller that exposes the
+// Config under other names (walbox's flags, environment variables and YAML
+// keys) can report the problem under the name its user typed.
+type Field string
+
+// The fields of Config, as ConfigError.Field reports them.
+const (
+	FieldColumnsID            Field = "Columns.ID"
+	FieldColumnsAggregateType Field = "Columns.AggregateType"
+	FieldColumnsAggregateID   Field = "Columns.AggregateID"
+	FieldColumnsEventType     Field = "Columns.EventType"
+	FieldColumnsPayload       Field = "Columns.Payload"
+	FieldColumnsHeaders       Field = "Columns.Headers"
+	FieldColumnsTopic         Field = "Columns.Topic"
+	FieldTopicTemplate        Field = "TopicTemplate"
+	FieldInvalidRows          Field = "InvalidRows"
+	FieldDeadLetterTopic      Field = "DeadLetterTopic"
+)
+
+// ConfigError is one problem with one Config field; Config.Validate and New
+// return one or several (joined with errors.Join). It unwraps to
+// ErrInvalidConfig.
+type ConfigError struct {
+	// Field is the field at fault.
+	Field Field
+	// Value is the field's value after defaults ("" when Missing).
+	Value string
+	// Missing is true when the field is required (by another field's
+	// value) and empty.
+	Missing bool
+
+	// The reason is kept as a format and its arguments so that Reason can
+	// write the other fields it mentions under the caller's names.
+	format string
+	args   []any
 }
 
-// wrapped is an error with a fixed message that unwraps to a sentinel. It
-// exists so config errors read "router: <detail>" without the sentinel's own
-// text repeated in the middle.
-type wrapped struct {
-	sentinel error
-	msg      string
+func configErrorf(field Field, value, format string, args ...any) *ConfigError {
+	return &ConfigError{Field: field, Value: value, format: format, args: args}
 }
 
-func (e *wrapped) Error() string { return e.msg }
-func (e *wrapped) Unwrap() error { return e.sentinel }
+// Reason says what is wrong and what is accepted, without the field's own
+// name and value. Other fields it mentions are written with name, or as
+// their Go names when name is nil.
+func (e *ConfigError) Reason(name func(Field) string) string {
+	args := make([]any, len(e.args))
+	for i, a := range e.args {
+		if f, ok := a.(Field); ok && name != nil {
+			a = name(f)
+		}
+		args[i] = a
+	}
+	return fmt.Sprintf(e.format, args...)
+}
+
+// Error formats the problem as `router: Field "value": reason`, or
+// `router: Field: reason` when the field is missing.
+func (e *ConfigError) Error() string {
+	if e.Missing {
+		return "router: " + string(e.Field) + ": " + e.Reason(nil)
+	}
+	return "router: " + string(e.Field) + " " + strconv.Quote(e.Value) + ": " + e.Reason(nil)
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/decoder"
@@ -32,6 +33,13 @@ const (
 	maxCachedTopics     = 4096
 	maxCachedHeaderKeys = 4096
 )
+
+// maxCachedRelations bounds the per-relation bindings. A relation is bound
+// again when Postgres re-announces it (DDL replaces the entry, it does not
+// add one), so only distinct relation OIDs grow the cache: tables added to
+// the publication, or an outbox dropped and recreated. The least recently
+// used binding is evicted; a relation met again is simply bound again.
+const maxCachedRelations = 256
 
 // inlineHeaders is how many headers share the record's allocation. Classic
 // rows carry event_id, event_type and a couple of tracing headers.
@@ -65,7 +73,7 @@ type Router struct {
 	payload, headers            ref
 
 	last   *binding
-	binds  map[uint32]*binding
+	binds  *simplelru.LRU[uint32, *binding] // by relation OID, at most maxCachedRelations
 	topics map[string]string
 	hkeys  map[string]string
 
@@ -100,10 +108,14 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	binds, err := simplelru.NewLRU[uint32, *binding](maxCachedRelations, nil)
+	if err != nil {
+		return nil, fmt.Errorf("router: binding cache: %w", err) // only for a size <= 0
+	}
 	r := &Router{
 		cfg:    cfg,
 		tmpl:   tmpl,
-		binds:  make(map[uint32]*binding),
+		binds:  binds,
 		topics: make(map[string]string),
 		hkeys:  make(map[string]string),
 	}
@@ -135,7 +147,7 @@ func (r *Router) bind(rel *decoder.Relation) *binding {
 	if b := r.last; b != nil && b.rel == rel {
 		return b
 	}
-	b, ok := r.binds[rel.ID]
+	b, ok := r.binds.Get(rel.ID)
 	if !ok || b.rel != rel {
 		b = &binding{
 			rel:       rel,
@@ -155,7 +167,7 @@ func (r *Router) bind(rel *decoder.Relation) *binding {
 				b.tmpl[i] = rel.ColumnIndex(rf.column)
 			}
 		}
-		r.binds[rel.ID] = b
+		r.binds.Add(rel.ID, b)
 	}
 	r.last = b
 	return b
@@ -374,12 +386,12 @@ func (r *Router) routeTopic(ins *decoder.Insert, b *binding, w *row) {
 		rf := &r.tmpl.refs[s.ref]
 		data, st := r.field(ins, b.tmpl[s.ref], rf)
 		if st != fieldOK {
-			w.fail(rf.spec, describe("topic template placeholder {"+rf.spec+"}", rf, st, table()))
+			w.fail(rf.spec, describe("topic template placeholder {"+r.tmpl.names[s.ref]+"}", rf, st, table()))
 			return
 		}
 		if len(data) == 0 {
 			// "outbox.event." is a legal name but never the intended one.
-			w.fail(rf.spec, "topic template placeholder {"+rf.spec+"}: value is empty")
+			w.fail(rf.spec, "topic template placeholder {"+r.tmpl.names[s.ref]+"}: value is empty")
 			return
 		}
 		r.buf = append(r.buf, data...)
