@@ -1,30 +1,27 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/slotctl"
 )
 
-// Columns names the outbox table's columns that walbox reads. Names are
-// matched exactly (case-sensitively) against the column names pgoutput sends.
-type Columns struct {
-	ID            string // event id, used for deduplication; default "id"
-	AggregateType string // default "aggregate_type"
-	AggregateID   string // record key, so one aggregate's events stay ordered; default "aggregate_id"
-	EventType     string // default "event_type"
-	Payload       string // record value; default "payload"
-	Headers       string // JSON object copied into record headers; default "headers"
-	// Topic, when set, names a column holding each row's destination topic,
-	// used instead of Config.Topic. Default "" (unset: the template is used).
-	Topic string
-}
+// Columns names the outbox table's columns that walbox reads; it is the
+// router's type, whose documentation states the defaults and what each
+// column is for. Names are matched exactly (case-sensitively) against the
+// column names pgoutput sends.
+type Columns = router.Columns
 
-// Accepted values of Config.InvalidRows.
+// Accepted values of Config.InvalidRows: the router's policies.
 const (
-	InvalidRowsFail       = "fail"
-	InvalidRowsDeadLetter = "dead-letter"
+	InvalidRowsFail       = string(router.PolicyFail)
+	InvalidRowsDeadLetter = string(router.PolicyDeadLetter)
 )
 
 // Config holds the settings of `walbox run`. Build one with Defaults (or
@@ -36,7 +33,9 @@ const (
 type Config struct {
 	// PGDSN is the Postgres connection string, a libpq URL
 	// (postgres://user:pass@host:5432/db) or key=value DSN. Required. It
-	// holds a password: log Redacted(), never the Config itself.
+	// holds a password: log Redacted(), never the Config itself. Load drops
+	// a replication parameter from it (walbox and slotctl open ordinary
+	// sessions with it; the pipeline adds replication=database itself).
 	PGDSN string
 	// KafkaBrokers are the seed brokers, each host:port. Required.
 	KafkaBrokers []string
@@ -48,8 +47,11 @@ type Config struct {
 	Slot string
 	// Publication is the publication pgoutput streams. Default "walbox".
 	Publication string
-	// Topic is the destination topic template; {column} placeholders are
-	// replaced by the row's values. Default "outbox.event.{aggregate_type}".
+	// Topic is the destination topic template (router.Config.TopicTemplate):
+	// a placeholder names a logical field (id, aggregate_type, aggregate_id,
+	// event_type, payload, headers, topic), read from the column Columns
+	// maps it to, or else a column or column->>key. Default
+	// router.DefaultTopicTemplate, "outbox.event.{aggregate_type}".
 	Topic string
 	// Columns maps the outbox roles to column names.
 	Columns Columns
@@ -92,8 +94,9 @@ type Config struct {
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration
-	// DedupWindow is how many recent event ids are remembered to drop
-	// duplicates after a reconnect; 0 disables. Default 100000.
+	// DedupWindow is how many recently acknowledged events are remembered
+	// (by WAL position: commit LSN and position in the transaction) to skip
+	// what Postgres re-sends after a reconnect; 0 disables. Default 100000.
 	DedupWindow int
 	// MaxInflightRecords bounds records produced but not yet acknowledged;
 	// > 0. Default 10000.
@@ -125,39 +128,76 @@ type Config struct {
 	LogFormat string
 }
 
-// Defaults returns the default settings. PGDSN and KafkaBrokers are empty:
-// they have no sensible default and Validate reports them missing.
+// defaultDedupWindow is walbox's dedup window while pipeline.DefaultConfig
+// states none (0 there means disabled, so it cannot be a default).
+const defaultDedupWindow = 100_000
+
+// Defaults returns the default settings. They come from the packages that
+// own the settings (router, slotctl, pipeline), so they are stated once;
+// only the settings of walbox's own process (metrics address, logging,
+// Kafka client id and linger) are decided here. PGDSN and KafkaBrokers are
+// empty: they have no sensible default and Validate reports them missing.
 func Defaults() Config {
+	p := pipeline.DefaultConfig()
 	return Config{
-		Table:       "public.outbox",
-		Slot:        "walbox",
-		Publication: "walbox",
-		Topic:       "outbox.event.{aggregate_type}",
-		Columns: Columns{
-			ID:            "id",
-			AggregateType: "aggregate_type",
-			AggregateID:   "aggregate_id",
-			EventType:     "event_type",
-			Payload:       "payload",
-			Headers:       "headers",
-		},
+		Table:                 slotctl.DefaultTable,
+		Slot:                  slotctl.DefaultSlot,
+		Publication:           slotctl.DefaultPublication,
+		Topic:                 router.DefaultTopicTemplate,
+		Columns:               router.DefaultColumns(),
 		InvalidRows:           InvalidRowsFail,
 		MetricsAddr:           "127.0.0.1:9187",
-		StatusInterval:        time.Second,
-		PGReceiveTimeout:      30 * time.Second,
-		SlotBusyTimeout:       2 * time.Minute,
-		ShutdownTimeout:       30 * time.Second,
-		DedupWindow:           100_000,
-		MaxInflightRecords:    10_000,
-		MaxInflightBytes:      64 << 20,
+		StatusInterval:        p.StatusInterval,
+		PGReceiveTimeout:      p.ReceiveTimeout,
+		SlotBusyTimeout:       p.SlotBusyTimeout,
+		ShutdownTimeout:       p.ShutdownTimeout,
+		DedupWindow:           cmp.Or(p.DedupWindow, defaultDedupWindow),
+		MaxInflightRecords:    p.MaxInflightRecords,
+		MaxInflightBytes:      p.MaxInflightBytes,
 		ProducerLinger:        5 * time.Millisecond,
-		ProducerBatchMaxBytes: 1_000_012,
-		ReconnectBackoffMin:   500 * time.Millisecond,
-		ReconnectBackoffMax:   30 * time.Second,
+		ProducerBatchMaxBytes: p.MaxBatchBytes,
+		ReconnectBackoffMin:   p.BackoffMin,
+		ReconnectBackoffMax:   p.BackoffMax,
 		ClientID:              "walbox",
 		LogLevel:              "info",
 		LogFormat:             "json",
 	}
+}
+
+// RouterConfig returns the router's settings.
+func (c Config) RouterConfig() router.Config {
+	return router.Config{
+		Columns:         c.Columns,
+		TopicTemplate:   c.Topic,
+		InvalidRows:     router.Policy(c.InvalidRows),
+		DeadLetterTopic: c.DeadLetterTopic,
+	}
+}
+
+// SlotctlConfig returns the names slotctl checks and manages, with
+// CreateMissing off and Failover from FailoverSlot.
+func (c Config) SlotctlConfig() slotctl.Config {
+	var s slotctl.Config
+	for _, o := range options {
+		if o.slotctl != nil {
+			o.slotctl(&c, &s)
+		}
+	}
+	return s
+}
+
+// PipelineConfig returns the relay's settings. MaxBatchBytes is
+// ProducerBatchMaxBytes; walbox run lowers it to the brokers' limit.
+// DeadLetterTopic is set only under the dead-letter policy: under fail, a
+// record Kafka refuses stops walbox.
+func (c Config) PipelineConfig() pipeline.Config {
+	var p pipeline.Config
+	for _, o := range options {
+		if o.pipeline != nil {
+			o.pipeline(&c, &p)
+		}
+	}
+	return p
 }
 
 // Validate checks every field and returns all problems at once, joined with
@@ -165,27 +205,18 @@ func Defaults() Config {
 // Each problem is an *OptionError naming the flag and environment variable,
 // the bad value and what is accepted, and wraps ErrInvalid.
 //
+// The packages that use the settings decide what is valid: Validate calls
+// router.Config.Validate, slotctl.Config.Validate and
+// pipeline.Config.Validate and reports each of their problems under the
+// option it belongs to (see problems.go). It checks itself only what no
+// package owns: the DSN's syntax, brokers, the metrics address, durations
+// and sizes the pipeline would silently replace by defaults, logging.
+//
 // Validating PGDSN parses it with pgconn.ParseConfig, which also reads the
 // PG* environment variables and the files the DSN names (service file,
 // TLS certificates), so a DSN that cannot be used is reported here.
 func (c Config) Validate() error {
-	return errors.Join(c.problems(nil)...)
-}
-
-// problems runs every option's check. Options in skip are not checked: Load
-// passes those whose value failed to parse, so that the user does not get a
-// second, confusing message about the value that was kept instead.
-func (c Config) problems(skip map[*option]bool) []error {
-	var errs []error
-	for _, o := range options {
-		if o.check == nil || skip[o] {
-			continue
-		}
-		for _, e := range splitJoined(o.check(&c)) {
-			errs = append(errs, o.errorFor(o.value.get(&c), e, ""))
-		}
-	}
-	return errs
+	return errors.Join(c.problems(nil, nil, nil)...)
 }
 
 // Redacted returns a copy of c that is safe to log: the password in PGDSN

@@ -36,18 +36,21 @@ func TestValidate(t *testing.T) {
 		{name: "DSN with bad port", mutate: func(c *Config) { c.PGDSN = "postgres://u@db:http/app" }, wantErr: []string{"--pg-dsn (WALBOX_PG_DSN)", "invalid port"}},
 		{name: "DSN with bad sslmode", mutate: func(c *Config) { c.PGDSN = "postgres://u@db/app?sslmode=sometimes" }, wantErr: []string{"--pg-dsn (WALBOX_PG_DSN)", "sslmode"}},
 		{name: "table without schema", mutate: func(c *Config) { c.Table = "outbox" }},
-		{name: "table empty", mutate: func(c *Config) { c.Table = "" }, wantErr: []string{"missing --table (WALBOX_TABLE): expected schema.table"}},
+		// An empty name means the owner's default (slotctl.DefaultTable);
+		// config used to report it missing.
+		{name: "table empty means the default", mutate: func(c *Config) { c.Table = "" }},
 		{name: "table with three parts", mutate: func(c *Config) { c.Table = "db.public.outbox" }, wantErr: []string{`invalid value "db.public.outbox" for --table (WALBOX_TABLE)`}},
-		{name: "table empty part", mutate: func(c *Config) { c.Table = "public." }, wantErr: []string{`for --table (WALBOX_TABLE): expected schema.table such as public.outbox ("": it is empty)`}},
+		{name: "table empty part", mutate: func(c *Config) { c.Table = "public." }, wantErr: []string{`invalid value "public." for --table (WALBOX_TABLE): table "public.": "": it is empty`}},
 		{name: "table quoted", mutate: func(c *Config) { c.Table = `public."Outbox"` }, wantErr: []string{"--table (WALBOX_TABLE)", "without quotes"}},
 		{name: "table too long", mutate: func(c *Config) { c.Table = "public." + strings.Repeat("t", 64) }, wantErr: []string{"--table (WALBOX_TABLE)", "Postgres keeps only 63"}},
-		{name: "publication empty", mutate: func(c *Config) { c.Publication = "" }, wantErr: []string{`invalid value "" for --publication (WALBOX_PUBLICATION): expected a publication name (it is empty)`}},
-		{name: "publication control character", mutate: func(c *Config) { c.Publication = "a\nb" }, wantErr: []string{"--publication (WALBOX_PUBLICATION)", "control character"}},
-		{name: "slot upper case", mutate: func(c *Config) { c.Slot = "Walbox" }, wantErr: []string{`invalid value "Walbox" for --slot (WALBOX_SLOT): expected 1 to 63 lower-case letters, digits or underscores`}},
+		// slotctl would take its default, but the pipeline needs the name.
+		{name: "publication empty", mutate: func(c *Config) { c.Publication = "" }, wantErr: []string{`invalid value "" for --publication (WALBOX_PUBLICATION): publication name is empty`}},
+		{name: "publication control character", mutate: func(c *Config) { c.Publication = "a\nb" }, wantErr: []string{"--publication (WALBOX_PUBLICATION)", `it contains the character '\n'`}},
+		{name: "slot upper case", mutate: func(c *Config) { c.Slot = "Walbox" }, wantErr: []string{`invalid value "Walbox" for --slot (WALBOX_SLOT): slot "Walbox": replication slot names are 1 to 63 characters of a-z, 0-9 and _`}},
 		{name: "slot with dash", mutate: func(c *Config) { c.Slot = "wal-box" }, wantErr: []string{"--slot (WALBOX_SLOT)"}},
 		{name: "slot 63 bytes", mutate: func(c *Config) { c.Slot = strings.Repeat("s", 63) }},
 		{name: "slot 64 bytes", mutate: func(c *Config) { c.Slot = strings.Repeat("s", 64) }, wantErr: []string{"--slot (WALBOX_SLOT)"}},
-		{name: "slot empty", mutate: func(c *Config) { c.Slot = "" }, wantErr: []string{"missing --slot (WALBOX_SLOT)"}},
+		{name: "slot empty", mutate: func(c *Config) { c.Slot = "" }, wantErr: []string{`invalid value "" for --slot (WALBOX_SLOT): slot name is empty`}},
 		{name: "status interval zero", mutate: func(c *Config) { c.StatusInterval = 0 }, wantErr: []string{`invalid value "0s" for --status-interval (WALBOX_STATUS_INTERVAL): expected a duration greater than 0`}},
 
 		// Kafka.
@@ -71,27 +74,34 @@ func TestValidate(t *testing.T) {
 		// Routing.
 		{name: "topic fixed", mutate: func(c *Config) { c.Topic = "events" }},
 		{name: "topic two placeholders", mutate: func(c *Config) { c.Topic = "{aggregate_type}.{event_type}-v1" }},
-		{name: "topic empty", mutate: func(c *Config) { c.Topic = "" }, wantErr: []string{"missing --topic (WALBOX_TOPIC)"}},
-		{name: "topic unclosed brace", mutate: func(c *Config) { c.Topic = "outbox.{aggregate_type" }, wantErr: []string{`invalid value "outbox.{aggregate_type" for --topic (WALBOX_TOPIC): unclosed "{" at offset 7`}},
-		{name: "topic empty placeholder", mutate: func(c *Config) { c.Topic = "outbox.{}" }, wantErr: []string{`--topic (WALBOX_TOPIC): empty placeholder "{}" at offset 7`}},
-		{name: "topic nested braces", mutate: func(c *Config) { c.Topic = "outbox.{a{b}}" }, wantErr: []string{`--topic (WALBOX_TOPIC): nested "{" at offset 9`}},
-		{name: "topic unmatched close", mutate: func(c *Config) { c.Topic = "outbox}" }, wantErr: []string{`--topic (WALBOX_TOPIC): unmatched "}" at offset 6`}},
-		{name: "topic bad literal", mutate: func(c *Config) { c.Topic = "outbox/{aggregate_type}" }, wantErr: []string{`--topic (WALBOX_TOPIC): '/' at offset 6 is not allowed in a Kafka topic name`}},
-		{name: "topic bad placeholder", mutate: func(c *Config) { c.Topic = "outbox.{aggregate type}" }, wantErr: []string{"--topic (WALBOX_TOPIC): placeholder {aggregate type} at offset 7"}},
-		{name: "topic reserved", mutate: func(c *Config) { c.Topic = ".." }, wantErr: []string{"--topic (WALBOX_TOPIC)", "reserved"}},
-		{name: "topic too long", mutate: func(c *Config) { c.Topic = strings.Repeat("t", 250) }, wantErr: []string{"--topic (WALBOX_TOPIC)", "limit is 249"}},
-		{name: "column empty", mutate: func(c *Config) { c.Columns.ID = "" }, wantErr: []string{"missing --column-id (WALBOX_COLUMN_ID): expected the name of a column"}},
+		// The router validates the template (and the columns); its messages
+		// are reported under the flag. Empty means its default.
+		{name: "topic empty means the default", mutate: func(c *Config) { c.Topic = "" }},
+		{name: "topic unclosed brace", mutate: func(c *Config) { c.Topic = "outbox.{aggregate_type" }, wantErr: []string{`invalid value "outbox.{aggregate_type" for --topic (WALBOX_TOPIC): unclosed { at offset 7`}},
+		{name: "topic empty placeholder", mutate: func(c *Config) { c.Topic = "outbox.{}" }, wantErr: []string{`--topic (WALBOX_TOPIC): empty placeholder {} at offset 7`}},
+		{name: "topic nested braces", mutate: func(c *Config) { c.Topic = "outbox.{a{b}}" }, wantErr: []string{`--topic (WALBOX_TOPIC): unclosed { at offset 7`}},
+		{name: "topic unmatched close", mutate: func(c *Config) { c.Topic = "outbox}" }, wantErr: []string{`--topic (WALBOX_TOPIC): unmatched } at offset 6`}},
+		{name: "topic bad literal", mutate: func(c *Config) { c.Topic = "outbox/{aggregate_type}" }, wantErr: []string{`--topic (WALBOX_TOPIC): literal character "/" at offset 6 is not allowed in a Kafka topic name`}},
+		// A column name may contain a space; whether the table has it is
+		// checked against the table at start.
+		{name: "topic placeholder with a space", mutate: func(c *Config) { c.Topic = "outbox.{aggregate type}" }},
+		{name: "topic placeholder quoted", mutate: func(c *Config) { c.Topic = `outbox.{"Type"}` }, wantErr: []string{"--topic (WALBOX_TOPIC): placeholder {\"Type\"} at offset 7", "without quotes"}},
+		{name: "topic reserved", mutate: func(c *Config) { c.Topic = ".." }, wantErr: []string{"--topic (WALBOX_TOPIC)", `cannot be "." or ".."`}},
+		{name: "topic too long", mutate: func(c *Config) { c.Topic = strings.Repeat("t", 250) }, wantErr: []string{"--topic (WALBOX_TOPIC)", "over Kafka's limit of 249"}},
+		{name: "column empty means the default", mutate: func(c *Config) { c.Columns.ID = "" }},
 		{name: "column quoted", mutate: func(c *Config) { c.Columns.Payload = `"Payload"` }, wantErr: []string{"--column-payload (WALBOX_COLUMN_PAYLOAD)", "without quotes"}},
-		{name: "column headers empty", mutate: func(c *Config) { c.Columns.Headers = "" }, wantErr: []string{"missing --column-headers (WALBOX_COLUMN_HEADERS)"}},
+		{name: "column payload as a JSON key", mutate: func(c *Config) { c.Columns.Payload = "data->>body" }, wantErr: []string{`invalid value "data->>body" for --column-payload (WALBOX_COLUMN_PAYLOAD): must be a plain column name`}},
+		{name: "column aggregate id as a JSON key", mutate: func(c *Config) { c.Columns.AggregateID = "metadata->>Aggregate-Id" }},
 		{name: "topic column set", mutate: func(c *Config) { c.Columns.Topic = "destination" }},
 		{name: "topic column too long", mutate: func(c *Config) { c.Columns.Topic = strings.Repeat("c", 64) }, wantErr: []string{"--column-topic (WALBOX_COLUMN_TOPIC)"}},
-		{name: "invalid rows unknown", mutate: func(c *Config) { c.InvalidRows = "skip" }, wantErr: []string{`invalid value "skip" for --invalid-rows (WALBOX_INVALID_ROWS): expected one of fail, dead-letter`}},
-		{name: "dead letter without topic", mutate: func(c *Config) { c.InvalidRows = InvalidRowsDeadLetter }, wantErr: []string{"missing --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC): required with --invalid-rows=dead-letter"}},
+		{name: "invalid rows unknown", mutate: func(c *Config) { c.InvalidRows = "skip" }, wantErr: []string{`invalid value "skip" for --invalid-rows (WALBOX_INVALID_ROWS): unknown policy; expected "fail" or "dead-letter"`}},
+		{name: "dead letter without topic", mutate: func(c *Config) { c.InvalidRows = InvalidRowsDeadLetter }, wantErr: []string{`missing --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC): required with --invalid-rows "dead-letter"`}},
 		{name: "dead letter with topic", mutate: func(c *Config) { c.InvalidRows = InvalidRowsDeadLetter; c.DeadLetterTopic = "outbox.dlq" }},
-		{name: "dead letter topic ignored in fail mode", mutate: func(c *Config) { c.DeadLetterTopic = "outbox.dlq" }},
-		{name: "dead letter topic invalid", mutate: func(c *Config) { c.InvalidRows = InvalidRowsDeadLetter; c.DeadLetterTopic = "dlq {x}" }, wantErr: []string{`invalid value "dlq {x}" for --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC): expected a Kafka topic name`}},
+		// Drift b: the router refuses this at start; config now says so.
+		{name: "dead letter topic with the fail policy", mutate: func(c *Config) { c.DeadLetterTopic = "outbox.dlq" }, wantErr: []string{`invalid value "outbox.dlq" for --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC): set, but --invalid-rows is "fail"`}},
+		{name: "dead letter topic invalid", mutate: func(c *Config) { c.InvalidRows = InvalidRowsDeadLetter; c.DeadLetterTopic = "dlq {x}" }, wantErr: []string{`invalid value "dlq {x}" for --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC): topic name contains " "`}},
 		{name: "dedup disabled", mutate: func(c *Config) { c.DedupWindow = 0 }},
-		{name: "dedup negative", mutate: func(c *Config) { c.DedupWindow = -1 }, wantErr: []string{`invalid value "-1" for --dedup-window (WALBOX_DEDUP_WINDOW): expected a whole number, 0 or more`}},
+		{name: "dedup negative", mutate: func(c *Config) { c.DedupWindow = -1 }, wantErr: []string{`invalid value "-1" for --dedup-window (WALBOX_DEDUP_WINDOW): dedup window -1 is negative`}},
 
 		// Operations.
 		{name: "metrics disabled", mutate: func(c *Config) { c.MetricsAddr = "" }},

@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -359,4 +360,120 @@ func unescapeBackslashes(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// withoutReplication returns dsn without its replication parameter, if it
+// has one. walbox and slotctl open ordinary sessions with the DSN (checks,
+// slot setup), where replication=database would start a walsender session
+// that refuses their queries, and the pipeline sets replication=database
+// itself; so a DSN written for a replication tool works unchanged.
+//
+// Only the parameter is removed, as text, so that everything else (and the
+// password's escaping) stays as written. The result is used only if it
+// parses to the same connection settings as dsn minus that parameter;
+// otherwise dsn is returned unchanged (and a malformed one is reported by
+// checkDSN).
+func withoutReplication(dsn string) string {
+	orig, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return dsn
+	}
+	if _, ok := orig.RuntimeParams["replication"]; !ok {
+		return dsn
+	}
+	var out string
+	trimmed := strings.TrimLeft(dsn, asciiSpaces)
+	if _, ok := urlPrefix(trimmed); ok {
+		out = urlWithoutParam(dsn, "replication")
+	} else {
+		out = keywordsWithoutParam(dsn, "replication")
+	}
+	got, err := pgconn.ParseConfig(out)
+	if err != nil {
+		return dsn
+	}
+	if _, ok := got.RuntimeParams["replication"]; ok {
+		return dsn
+	}
+	delete(orig.RuntimeParams, "replication")
+	if got.Host != orig.Host || got.Port != orig.Port || got.Database != orig.Database ||
+		got.User != orig.User || got.Password != orig.Password || !maps.Equal(got.RuntimeParams, orig.RuntimeParams) ||
+		(got.TLSConfig == nil) != (orig.TLSConfig == nil) || len(got.Fallbacks) != len(orig.Fallbacks) {
+		return dsn
+	}
+	return out
+}
+
+// urlWithoutParam removes every key=value pair of the query whose key is
+// key.
+func urlWithoutParam(dsn, key string) string {
+	q := strings.IndexByte(dsn, '?')
+	if q < 0 {
+		return dsn
+	}
+	var kept []string
+	for pair := range strings.SplitSeq(dsn[q+1:], "&") {
+		k, _, _ := strings.Cut(pair, "=")
+		if uk, err := url.QueryUnescape(k); err == nil && uk == key {
+			continue
+		}
+		kept = append(kept, pair)
+	}
+	if len(kept) == 0 {
+		return dsn[:q]
+	}
+	return dsn[:q+1] + strings.Join(kept, "&")
+}
+
+// keywordsWithoutParam removes key = value from a key=value DSN, tokenized
+// as keywordSpans does.
+func keywordsWithoutParam(s, key string) string {
+	isSpace := func(c byte) bool { return strings.IndexByte(asciiSpaces, c) >= 0 }
+	var b strings.Builder
+	last := 0
+	i := 0
+	for i < len(s) {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		k := i
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
+			i++
+		}
+		name := s[k:i]
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i >= len(s) || s[i] != '=' {
+			continue
+		}
+		i++
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for i < len(s) && s[i] != '\'' {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i = min(i+1, len(s))
+		} else {
+			for i < len(s) && !isSpace(s[i]) {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i = min(i, len(s))
+		}
+		if name == key {
+			b.WriteString(s[last:k])
+			last = i
+		}
+	}
+	b.WriteString(s[last:])
+	return strings.TrimSpace(b.String())
 }

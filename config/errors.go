@@ -30,21 +30,27 @@ type OptionError struct {
 	// Where is the source of Value when Load knows it: "FILE:LINE" for a
 	// YAML key or "environment"; empty for flags and for Validate.
 	Where string
+	// Key is the option's YAML key when Value came from the file, else "".
+	Key string
 }
 
 // Error formats the problem as
 //
-//	[WHERE: ]invalid value "abc" for --flag (ENV): REASON
-//	[WHERE: ]missing --flag (ENV): REASON
+//	[WHERE: ]invalid value "abc" for --flag (ENV[, key KEY]): REASON
+//	[WHERE: ]missing --flag (ENV[, key KEY]): REASON
 func (e *OptionError) Error() string {
 	prefix := ""
 	if e.Where != "" {
 		prefix = e.Where + ": "
 	}
-	if e.Missing {
-		return fmt.Sprintf("%smissing --%s (%s): %s", prefix, e.Flag, e.Env, e.Reason)
+	names := e.Env
+	if e.Key != "" {
+		names += ", key " + e.Key
 	}
-	return fmt.Sprintf("%sinvalid value %q for --%s (%s): %s", prefix, e.Value, e.Flag, e.Env, e.Reason)
+	if e.Missing {
+		return fmt.Sprintf("%smissing --%s (%s): %s", prefix, e.Flag, names, e.Reason)
+	}
+	return fmt.Sprintf("%sinvalid value %q for --%s (%s): %s", prefix, e.Value, e.Flag, names, e.Reason)
 }
 
 // Unwrap returns ErrInvalid.

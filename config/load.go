@@ -28,14 +28,47 @@ import (
 // Load has no side effects other than reading the file; it is safe for
 // concurrent use if getenv is.
 func Load(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	c, err := Command{Name: "walbox run"}.Load(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		Usage(out)
+	}
+	return c, err
+}
+
+// Command is a program that reads walbox's configuration, or part of it:
+// walbox run, and slotctl's subcommands, which take the same flags,
+// WALBOX_* variables and --config file, so that one walbox.yaml serves
+// both.
+type Command struct {
+	// Name is the command line, e.g. "slotctl create", used in messages.
+	Name string
+	// Options are the flags (without dashes) of the options the command
+	// uses; nil means all of them. --config is always accepted. Only these
+	// are accepted as flags, read from the environment and checked; the
+	// file may hold every key of walbox run (unknown keys are still
+	// reported), and those the command does not use are ignored.
+	Options []string
+	// Flags holds the command's own flags (slotctl's --timeout, --json),
+	// defined by the caller; nil when it has none. Load adds the options to
+	// it and parses args with it, so they may be mixed in any order.
+	Flags *flag.FlagSet
+}
+
+// Load reads the Config of cmd as the package-level Load does, from args,
+// the environment read through getenv (nil: empty) and the file named by
+// --config or WALBOX_CONFIG, and validates the options cmd uses. Options
+// it does not use keep their defaults. On -h, -help or --help it returns
+// flag.ErrHelp without printing anything (see WriteOptions).
+func (cmd Command) Load(args []string, getenv func(string) string) (Config, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	flags, err := parseFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		Usage(out)
-		return Config{}, flag.ErrHelp
+	use, err := cmd.use()
+	if err != nil {
+		return Config{}, err
 	}
+	used := func(o *option) bool { return use == nil || use[o] }
+	flags, err := cmd.parseFlags(args, used)
 	if err != nil {
 		return Config{}, err
 	}
@@ -45,10 +78,17 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	// failed holds the options whose last given value did not parse: their
 	// field keeps an older value, which is not worth a second message.
 	failed := map[*option]bool{}
-	set := func(o *option, v, where string) error {
+	// where holds the source of each option's value: "FILE:LINE",
+	// "environment", or "" for a flag.
+	where := map[*option]string{}
+	set := func(o *option, v, from string) error {
+		if !used(o) {
+			return nil // a key of walbox run that this command ignores
+		}
+		where[o] = from
 		if err := o.value.set(&c, v); err != nil {
 			failed[o] = true
-			return o.errorFor(v, err, where)
+			return o.errorFor(v, err, from)
 		}
 		delete(failed, o)
 		return nil
@@ -74,7 +114,7 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	}
 
 	for _, o := range options {
-		if o.value.set == nil {
+		if o.value.set == nil || !used(o) {
 			continue
 		}
 		if v := getenv(o.env); v != "" {
@@ -98,11 +138,37 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		}
 	}
 
-	errs = append(errs, c.problems(failed)...)
+	c.PGDSN = withoutReplication(c.PGDSN)
+	errs = append(errs, c.problems(failed, use, where)...)
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// use returns the options cmd uses, nil meaning all.
+func (cmd Command) use() (map[*option]bool, error) {
+	if cmd.Options == nil {
+		return nil, nil
+	}
+	use := map[*option]bool{configOption: true}
+	for _, name := range cmd.Options {
+		o := optionByFlag(name)
+		if o == nil {
+			return nil, fmt.Errorf("config: %s uses an unknown option %q", cmd.Name, name) // a programming error
+		}
+		use[o] = true
+	}
+	return use, nil
+}
+
+func optionByFlag(name string) *option {
+	for _, o := range options {
+		if o.flag == name {
+			return o
+		}
+	}
+	return nil
 }
 
 // flagValues holds the raw values of the flags given, in order. Flags are
@@ -127,38 +193,41 @@ func (f rawFlag) Set(s string) error {
 	return nil
 }
 
-func parseFlags(args []string) (flagValues, error) {
+func (cmd Command) parseFlags(args []string, used func(*option) bool) (flagValues, error) {
 	vals := flagValues{}
-	fs := flag.NewFlagSet("walbox run", flag.ContinueOnError)
+	fs := cmd.Flags
+	if fs == nil {
+		fs = flag.NewFlagSet(cmd.Name, flag.ContinueOnError)
+	}
 	// The flag package prints parse errors and usage to its output; Load
-	// returns the error instead and prints usage only for --help.
+	// returns the error instead and leaves help to the caller.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	for _, o := range options {
-		fs.Var(rawFlag{o: o, vals: vals}, o.flag, o.help)
+		if used(o) {
+			fs.Var(rawFlag{o: o, vals: vals}, o.flag, o.help)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, problemf(nil, "%s; run \"walbox run --help\" to list the options", flagErrorMessage(err))
+		return nil, problemf(nil, "%s; run \"%s --help\" to list the options", flagErrorMessage(fs, err), cmd.Name)
 	}
 	if fs.NArg() > 0 {
-		return nil, problemf(nil, "unexpected argument %q: walbox run takes only options, written --name value or --name=value", fs.Arg(0))
+		return nil, problemf(nil, "unexpected argument %q: %s takes only options, written --name value or --name=value", fs.Arg(0), cmd.Name)
 	}
 	return vals, nil
 }
 
 // flagErrorMessage rewords the flag package's errors, which write flags
 // with one dash and do not suggest anything.
-func flagErrorMessage(err error) string {
+func flagErrorMessage(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		name = strings.TrimLeft(name, "-")
-		names := make([]string, 0, len(options))
-		for _, o := range options {
-			names = append(names, o.flag)
-		}
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 		msg = fmt.Sprintf("unknown option --%s", name)
 		if s := closest(name, names); s != "" {
 			msg += fmt.Sprintf(" (did you mean --%s?)", s)

@@ -3,10 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/slotctl"
 )
 
 // This file declares every option exactly once: its flag, environment
@@ -54,8 +57,15 @@ type option struct {
 	value value
 	// check reports the field's problems (a *checkErr, or several joined);
 	// it sees the whole Config so that combinations are checked where the
-	// dependent option is declared.
+	// dependent option is declared. Only for what no package owns: a value
+	// the router, slotctl or pipeline validates is checked there (below).
 	check func(c *Config) error
+	// The packages that use the value, and so validate it (problems.go):
+	// router is the router.Config field it sets; slotctl and pipeline copy
+	// the value into their Config (used to build it and to probe it alone).
+	router   router.Field
+	slotctl  func(c *Config, s *slotctl.Config)
+	pipeline func(c *Config, p *pipeline.Config)
 	// redact hides secrets in a value before it is shown in an error.
 	redact func(string) string
 }
@@ -72,46 +82,53 @@ var options = []*option{
 	// Postgres.
 	{
 		flag: "pg-dsn", env: "WALBOX_PG_DSN", yaml: "pg_dsn", group: groupPostgres,
-		help:   "Postgres connection string, a libpq URL or key=value DSN, for a role with REPLICATION",
-		value:  stringValue("DSN", func(c *Config) *string { return &c.PGDSN }),
-		check:  func(c *Config) error { return checkDSN(c.PGDSN) },
+		help:     "Postgres connection string, a libpq URL or key=value DSN, for a role with REPLICATION; a replication parameter is ignored (walbox adds it where needed)",
+		value:    stringValue("DSN", func(c *Config) *string { return &c.PGDSN }),
+		check:    func(c *Config) error { return checkDSN(c.PGDSN) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.ConnString = c.PGDSN },
 		redact: func(s string) string { r, _ := redactDSN(s); return r },
 	},
 	{
 		flag: "table", env: "WALBOX_TABLE", yaml: "table", group: groupPostgres,
 		help:  "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog",
-		value: stringValue("NAME", func(c *Config) *string { return &c.Table }),
-		check: func(c *Config) error { return checkTable(c.Table) },
+		value:   stringValue("NAME", func(c *Config) *string { return &c.Table }),
+		slotctl: func(c *Config, s *slotctl.Config) { s.Table = c.Table },
 	},
 	{
 		flag: "publication", env: "WALBOX_PUBLICATION", yaml: "publication", group: groupPostgres,
 		help:  "Publication that pgoutput streams; it must include the outbox table",
-		value: stringValue("NAME", func(c *Config) *string { return &c.Publication }),
-		check: func(c *Config) error { return checkIdent(c.Publication, "publication name") },
+		value:    stringValue("NAME", func(c *Config) *string { return &c.Publication }),
+		slotctl:  func(c *Config, s *slotctl.Config) { s.Publication = c.Publication },
+		pipeline: func(c *Config, p *pipeline.Config) { p.Publication = c.Publication },
 	},
 	{
 		flag: "slot", env: "WALBOX_SLOT", yaml: "slot", group: groupPostgres,
 		help:  "Logical replication slot holding walbox's position; lower-case letters, digits and _",
-		value: stringValue("NAME", func(c *Config) *string { return &c.Slot }),
-		check: func(c *Config) error { return checkSlot(c.Slot) },
+		value:    stringValue("NAME", func(c *Config) *string { return &c.Slot }),
+		slotctl:  func(c *Config, s *slotctl.Config) { s.Slot = c.Slot },
+		pipeline: func(c *Config, p *pipeline.Config) { p.Slot = c.Slot },
 	},
 	{
 		flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", yaml: "status_interval", group: groupPostgres,
 		help:  "How often the confirmed position is reported to Postgres; keep it well below wal_sender_timeout",
 		value: durationValue(func(c *Config) *time.Duration { return &c.StatusInterval }),
-		check: func(c *Config) error { return checkPositive(c.StatusInterval) },
+		check:    func(c *Config) error { return checkPositive(c.StatusInterval) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.StatusInterval = c.StatusInterval },
 	},
 	{
 		flag: "pg-receive-timeout", env: "WALBOX_PG_RECEIVE_TIMEOUT", yaml: "pg_receive_timeout", group: groupPostgres,
-		help:  "A replication connection silent this long is taken as dead and reopened (a reply is requested at half of it); like wal_receiver_timeout",
-		value: durationValue(func(c *Config) *time.Duration { return &c.PGReceiveTimeout }),
-		check: func(c *Config) error { return checkPositive(c.PGReceiveTimeout) },
+		help: "A replication connection silent this long is taken as dead and reopened (a reply is requested at half of it), like wal_receiver_timeout; " +
+			"a smaller value is raised to the server's wal_sender_timeout, because the server may stay silent that long while it decodes a large transaction of other tables",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.PGReceiveTimeout }),
+		check:    func(c *Config) error { return checkPositive(c.PGReceiveTimeout) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.ReceiveTimeout = c.PGReceiveTimeout },
 	},
 	{
 		flag: "failover-slot", env: "WALBOX_FAILOVER_SLOT", yaml: "failover_slot", group: groupPostgres,
 		help:  "Create the slot as a failover slot (PostgreSQL 17+), so a standby configured with sync_replication_slots can take it over",
-		value: boolValue(func(c *Config) *bool { return &c.FailoverSlot }),
-		check: func(*Config) error { return nil }, // any boolean; the server version is checked on start
+		value:   boolValue(func(c *Config) *bool { return &c.FailoverSlot }),
+		check:   func(*Config) error { return nil }, // any boolean; the server version is checked on start
+		slotctl: func(c *Config, s *slotctl.Config) { s.Failover = c.FailoverSlot },
 	},
 	{
 		flag: "create-slot", env: "WALBOX_CREATE_SLOT", yaml: "create_slot", group: groupPostgres,
@@ -123,7 +140,8 @@ var options = []*option{
 		flag: "slot-busy-timeout", env: "WALBOX_SLOT_BUSY_TIMEOUT", yaml: "slot_busy_timeout", group: groupPostgres,
 		help:  "How long to wait for a slot held by another process (a killed predecessor lingers up to wal_sender_timeout) before stopping with an error",
 		value: durationValue(func(c *Config) *time.Duration { return &c.SlotBusyTimeout }),
-		check: func(c *Config) error { return checkPositive(c.SlotBusyTimeout) },
+		check:    func(c *Config) error { return checkPositive(c.SlotBusyTimeout) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.SlotBusyTimeout = c.SlotBusyTimeout },
 	},
 
 	// Kafka.
@@ -149,62 +167,67 @@ var options = []*option{
 		flag: "producer-batch-max-bytes", env: "WALBOX_PRODUCER_BATCH_MAX_BYTES", yaml: "producer_batch_max_bytes", group: groupKafka,
 		help:  "Largest record batch before compression; keep it at most the topics' max.message.bytes",
 		value: sizeIntValue(func(c *Config) *int { return &c.ProducerBatchMaxBytes }),
-		check: func(c *Config) error { return checkBatchMaxBytes(c.ProducerBatchMaxBytes) },
+		check:    func(c *Config) error { return checkBatchMaxBytes(c.ProducerBatchMaxBytes) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.MaxBatchBytes = c.ProducerBatchMaxBytes },
 	},
 	{
 		flag: "max-inflight-records", env: "WALBOX_MAX_INFLIGHT_RECORDS", yaml: "max_inflight_records", group: groupKafka,
 		help:  "Records produced but not yet acknowledged before reading from Postgres pauses",
 		value: intValue(func(c *Config) *int { return &c.MaxInflightRecords }),
-		check: func(c *Config) error { return checkPositiveInt(c.MaxInflightRecords) },
+		check:    func(c *Config) error { return checkPositiveInt(c.MaxInflightRecords) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.MaxInflightRecords = c.MaxInflightRecords },
 	},
 	{
 		flag: "max-inflight-bytes", env: "WALBOX_MAX_INFLIGHT_BYTES", yaml: "max_inflight_bytes", group: groupKafka,
 		help:  "Bytes of those records before reading pauses; at least --producer-batch-max-bytes",
 		value: sizeValue(func(c *Config) *int64 { return &c.MaxInflightBytes }),
-		check: func(c *Config) error { return checkInflightBytes(c.MaxInflightBytes, c.ProducerBatchMaxBytes) },
+		check:    func(c *Config) error { return checkInflightBytes(c.MaxInflightBytes, c.ProducerBatchMaxBytes) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.MaxInflightBytes = c.MaxInflightBytes },
 	},
 
 	// Routing.
 	{
 		flag: "topic", env: "WALBOX_TOPIC", yaml: "topic", group: groupRouting,
-		help:  "Destination topic; {column} placeholders are replaced by the row's values",
-		value: stringValue("TEMPLATE", func(c *Config) *string { return &c.Topic }),
-		check: func(c *Config) error { return checkTopicTemplate(c.Topic) },
+		help: "Destination topic template; a {placeholder} is a logical field (id, aggregate_type, aggregate_id, event_type, payload, headers, topic), " +
+			"read from the column its --column-* option maps it to, or else a column or column->>key",
+		value:  stringValue("TEMPLATE", func(c *Config) *string { return &c.Topic }),
+		router: router.FieldTopicTemplate,
 	},
-	columnOption("id", "ID", "Column with the event id, used to drop duplicates", func(c *Config) *string { return &c.Columns.ID }),
-	columnOption("aggregate-type", "AGGREGATE_TYPE", "Column with the aggregate type", func(c *Config) *string { return &c.Columns.AggregateType }),
-	columnOption("aggregate-id", "AGGREGATE_ID", "Column with the aggregate id, used as the record key", func(c *Config) *string { return &c.Columns.AggregateID }),
-	columnOption("event-type", "EVENT_TYPE", "Column with the event type", func(c *Config) *string { return &c.Columns.EventType }),
-	columnOption("payload", "PAYLOAD", "Column with the payload, used as the record value", func(c *Config) *string { return &c.Columns.Payload }),
-	columnOption("headers", "HEADERS", "Column with a JSON object of record headers", func(c *Config) *string { return &c.Columns.Headers }),
+	columnOption("id", "ID", "Column with the event id, sent as the event_id header", router.FieldColumnsID, func(c *Config) *string { return &c.Columns.ID }),
+	columnOption("aggregate-type", "AGGREGATE_TYPE", "Column with the aggregate type", router.FieldColumnsAggregateType, func(c *Config) *string { return &c.Columns.AggregateType }),
+	columnOption("aggregate-id", "AGGREGATE_ID", "Column with the aggregate id, used as the record key", router.FieldColumnsAggregateID, func(c *Config) *string { return &c.Columns.AggregateID }),
+	columnOption("event-type", "EVENT_TYPE", "Column with the event type, sent as the event_type header", router.FieldColumnsEventType, func(c *Config) *string { return &c.Columns.EventType }),
+	columnOption("payload", "PAYLOAD", "Column with the payload, used as the record value", router.FieldColumnsPayload, func(c *Config) *string { return &c.Columns.Payload }),
+	columnOption("headers", "HEADERS", "Column with a JSON object of record headers", router.FieldColumnsHeaders, func(c *Config) *string { return &c.Columns.Headers }),
 	{
 		flag: "column-topic", env: "WALBOX_COLUMN_TOPIC", yaml: "columns.topic", group: groupRouting,
-		help:  "Column with each row's topic, used instead of --topic; empty means unset",
-		value: stringValue("NAME", func(c *Config) *string { return &c.Columns.Topic }),
-		check: func(c *Config) error {
-			if c.Columns.Topic == "" {
-				return nil
-			}
-			return checkIdent(c.Columns.Topic, "column name")
-		},
+		help:   "Column with each row's topic, used instead of --topic; empty means unset",
+		value:  stringValue("NAME", func(c *Config) *string { return &c.Columns.Topic }),
+		router: router.FieldColumnsTopic,
 	},
 	{
 		flag: "invalid-rows", env: "WALBOX_INVALID_ROWS", yaml: "invalid_rows", group: groupRouting,
 		help:  "What to do with a row that cannot be routed: fail (stop before confirming it) or dead-letter",
-		value: enumValue("MODE", func(c *Config) *string { return &c.InvalidRows }, invalidRowsModes...),
-		check: func(c *Config) error { return checkEnum(c.InvalidRows, invalidRowsModes...) },
+		value:  enumValue("MODE", func(c *Config) *string { return &c.InvalidRows }, invalidRowsModes...),
+		router: router.FieldInvalidRows,
 	},
 	{
 		flag: "dead-letter-topic", env: "WALBOX_DEAD_LETTER_TOPIC", yaml: "dead_letter_topic", group: groupRouting,
 		help:  "Topic that receives invalid rows; required with --invalid-rows=dead-letter",
-		value: stringValue("NAME", func(c *Config) *string { return &c.DeadLetterTopic }),
-		check: func(c *Config) error { return checkDeadLetterTopic(c.DeadLetterTopic, c.InvalidRows) },
+		value:  stringValue("NAME", func(c *Config) *string { return &c.DeadLetterTopic }),
+		router: router.FieldDeadLetterTopic,
+		pipeline: func(c *Config, p *pipeline.Config) {
+			if c.InvalidRows == InvalidRowsDeadLetter {
+				p.DeadLetterTopic = c.DeadLetterTopic
+			}
+		},
 	},
 	{
 		flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", yaml: "message_prefix", group: groupRouting,
 		help:  "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
 		value: stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),
-		check: func(c *Config) error { return checkMessagePrefix(c.MessagePrefix) },
+		check:    func(c *Config) error { return checkMessagePrefix(c.MessagePrefix) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.MessagePrefix = c.MessagePrefix },
 	},
 	{
 		flag: "message-prefix-allow-public", env: "WALBOX_MESSAGE_PREFIX_ALLOW_PUBLIC", yaml: "message_prefix_allow_public", group: groupRouting,
@@ -214,9 +237,10 @@ var options = []*option{
 	},
 	{
 		flag: "dedup-window", env: "WALBOX_DEDUP_WINDOW", yaml: "dedup_window", group: groupRouting,
-		help:  "How many recent event ids are remembered to drop duplicates; 0 disables",
-		value: intValue(func(c *Config) *int { return &c.DedupWindow }),
-		check: func(c *Config) error { return checkNonNegativeInt(c.DedupWindow) },
+		help: "How many recently acknowledged events are remembered (by WAL position: commit LSN and position in the transaction) " +
+			"to skip what Postgres re-sends after a reconnect; 0 disables",
+		value:    intValue(func(c *Config) *int { return &c.DedupWindow }),
+		pipeline: func(c *Config, p *pipeline.Config) { p.DedupWindow = c.DedupWindow },
 	},
 
 	// Operations.
@@ -231,19 +255,22 @@ var options = []*option{
 		flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", yaml: "shutdown_timeout", group: groupOperations,
 		help:  "How long shutdown waits for in-flight records to be acknowledged",
 		value: durationValue(func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
-		check: func(c *Config) error { return checkPositive(c.ShutdownTimeout) },
+		check:    func(c *Config) error { return checkPositive(c.ShutdownTimeout) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.ShutdownTimeout = c.ShutdownTimeout },
 	},
 	{
 		flag: "reconnect-backoff-min", env: "WALBOX_RECONNECT_BACKOFF_MIN", yaml: "reconnect_backoff_min", group: groupOperations,
 		help:  "First wait before reconnecting after a lost connection",
 		value: durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
-		check: func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },
+		check:    func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMin = c.ReconnectBackoffMin },
 	},
 	{
 		flag: "reconnect-backoff-max", env: "WALBOX_RECONNECT_BACKOFF_MAX", yaml: "reconnect_backoff_max", group: groupOperations,
 		help:  "Longest wait between reconnection attempts (the wait doubles up to it)",
 		value: durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMax }),
-		check: func(c *Config) error { return checkBackoffMax(c.ReconnectBackoffMax, c.ReconnectBackoffMin) },
+		check:    func(c *Config) error { return checkBackoffMax(c.ReconnectBackoffMax, c.ReconnectBackoffMin) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMax = c.ReconnectBackoffMax },
 	},
 	{
 		flag: "log-level", env: "WALBOX_LOG_LEVEL", yaml: "log_level", group: groupOperations,
@@ -266,21 +293,16 @@ var (
 	logFormats       = []string{"json", "text"}
 )
 
-// columnOption declares one of the required outbox column options; flag,
-// environment variable and YAML key follow one pattern (column-id,
-// WALBOX_COLUMN_ID, columns.id).
-func columnOption(flag, env, help string, field func(*Config) *string) *option {
+// columnOption declares one of the outbox column options, which the router
+// validates; flag, environment variable and YAML key follow one pattern
+// (column-id, WALBOX_COLUMN_ID, columns.id).
+func columnOption(flag, env, help string, field router.Field, get func(*Config) *string) *option {
 	return &option{
 		flag: "column-" + flag, env: "WALBOX_COLUMN_" + env,
 		yaml: "columns." + strings.ReplaceAll(flag, "-", "_"), group: groupRouting,
-		help:  help,
-		value: stringValue("NAME", field),
-		check: func(c *Config) error {
-			if *field(c) == "" {
-				return missingf("expected the name of a column of the outbox table")
-			}
-			return checkIdent(*field(c), "column name")
-		},
+		help:   help,
+		value:  stringValue("NAME", get),
+		router: field,
 	}
 }
 
@@ -310,6 +332,9 @@ func badValuef(v, format string, args ...any) error {
 // a parse error whose text is the reason.
 func (o *option) errorFor(v string, err error, where string) *OptionError {
 	oe := &OptionError{Flag: o.flag, Env: o.env, Value: v, Reason: err.Error(), Where: where}
+	if where != "" && where != "environment" {
+		oe.Key = o.yaml // from the file
+	}
 	var ce *checkErr
 	if errors.As(err, &ce) {
 		oe.Missing = ce.missing
@@ -463,17 +488,6 @@ func listValue(arg string, field func(*Config) *[]string) value {
 
 // Checks. Each returns nil, a *checkErr, or several joined.
 
-var slotRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
-
-func checkSlot(s string) error {
-	if s == "" {
-		return missingf("expected a replication slot name of 1 to 63 lower-case letters, digits or underscores")
-	}
-	if !slotRE.MatchString(s) {
-		return badf("expected 1 to 63 lower-case letters, digits or underscores (Postgres rejects other slot names)")
-	}
-	return nil
-}
 
 // checkMessagePrefix keeps the prefix to what pg_logical_emit_message can
 // carry and a log line can show: no NUL, no control characters.
@@ -500,12 +514,6 @@ func checkPositiveInt(n int) error {
 	return nil
 }
 
-func checkNonNegativeInt(n int) error {
-	if n < 0 {
-		return badf("expected a whole number, 0 or more (0 disables)")
-	}
-	return nil
-}
 
 func checkEnum(s string, allowed ...string) error {
 	for _, a := range allowed {
@@ -594,15 +602,3 @@ func checkBackoffMax(maxWait, minWait time.Duration) error {
 	return nil
 }
 
-func checkDeadLetterTopic(topic, mode string) error {
-	if topic == "" {
-		if mode == InvalidRowsDeadLetter {
-			return missingf("required with --invalid-rows=dead-letter; set it to the topic that receives rows walbox cannot route")
-		}
-		return nil
-	}
-	if why := topicNameProblem(topic); why != "" {
-		return badf("expected a Kafka topic name (%s)", why)
-	}
-	return nil
-}

@@ -2,7 +2,6 @@ package config
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -86,47 +85,5 @@ func TestSplitList(t *testing.T) {
 		if got := splitList(tt.in); !slices.Equal(got, tt.want) {
 			t.Errorf("splitList(%q) = %q, want %q", tt.in, got, tt.want)
 		}
-	}
-}
-
-func TestTopicPlaceholders(t *testing.T) {
-	tests := []struct {
-		template string
-		want     []string
-		wantErr  string
-	}{
-		{template: "outbox.event.{aggregate_type}", want: []string{"aggregate_type"}},
-		{template: "{aggregate_type}.{event_type}", want: []string{"aggregate_type", "event_type"}},
-		{template: "{a}{b}", want: []string{"a", "b"}},
-		{template: "fixed-topic_1", want: nil},
-		{template: "", wantErr: "the template is empty"},
-		{template: "a.{b", wantErr: `unclosed "{" at offset 2`},
-		{template: "a.{}", wantErr: `empty placeholder "{}" at offset 2`},
-		{template: "a.{b{c}}", wantErr: `nested "{" at offset 4 inside the placeholder opened at offset 2`},
-		{template: "a.}", wantErr: `unmatched "}" at offset 2`},
-		{template: "a.{b}}", wantErr: `unmatched "}" at offset 5`},
-		{template: "a.{b-c}", wantErr: "placeholder {b-c} at offset 2: '-' is not allowed"},
-		{template: "a b", wantErr: "' ' at offset 1 is not allowed in a Kafka topic name"},
-		{template: "é.{a}", wantErr: "'é' at offset 0 is not allowed"},
-		{template: ".", wantErr: "reserved"},
-		{template: strings.Repeat("a", 250), wantErr: "limit is 249"},
-		{template: strings.Repeat("a", 250) + "{b}", wantErr: "fixed text alone is 250 characters long"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.template, func(t *testing.T) {
-			got, err := TopicPlaceholders(tt.template)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("TopicPlaceholders(%q) error = %v, want %q", tt.template, err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("TopicPlaceholders(%q): %v", tt.template, err)
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("TopicPlaceholders(%q) = %q, want %q", tt.template, got, tt.want)
-			}
-		})
 	}
 }
