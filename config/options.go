@@ -86,32 +86,32 @@ var options = []*option{
 		value:    stringValue("DSN", func(c *Config) *string { return &c.PGDSN }),
 		check:    func(c *Config) error { return checkDSN(c.PGDSN) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.ConnString = c.PGDSN },
-		redact: func(s string) string { r, _ := redactDSN(s); return r },
+		redact:   func(s string) string { r, _ := redactDSN(s); return r },
 	},
 	{
 		flag: "table", env: "WALBOX_TABLE", yaml: "table", group: groupPostgres,
-		help:  "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog",
+		help:    "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog",
 		value:   stringValue("NAME", func(c *Config) *string { return &c.Table }),
 		slotctl: func(c *Config, s *slotctl.Config) { s.Table = c.Table },
 	},
 	{
 		flag: "publication", env: "WALBOX_PUBLICATION", yaml: "publication", group: groupPostgres,
-		help:  "Publication that pgoutput streams; it must include the outbox table",
+		help:     "Publication that pgoutput streams; it must include the outbox table",
 		value:    stringValue("NAME", func(c *Config) *string { return &c.Publication }),
 		slotctl:  func(c *Config, s *slotctl.Config) { s.Publication = c.Publication },
 		pipeline: func(c *Config, p *pipeline.Config) { p.Publication = c.Publication },
 	},
 	{
 		flag: "slot", env: "WALBOX_SLOT", yaml: "slot", group: groupPostgres,
-		help:  "Logical replication slot holding walbox's position; lower-case letters, digits and _",
+		help:     "Logical replication slot holding walbox's position; lower-case letters, digits and _",
 		value:    stringValue("NAME", func(c *Config) *string { return &c.Slot }),
 		slotctl:  func(c *Config, s *slotctl.Config) { s.Slot = c.Slot },
 		pipeline: func(c *Config, p *pipeline.Config) { p.Slot = c.Slot },
 	},
 	{
 		flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", yaml: "status_interval", group: groupPostgres,
-		help:  "How often the confirmed position is reported to Postgres; keep it well below wal_sender_timeout",
-		value: durationValue(func(c *Config) *time.Duration { return &c.StatusInterval }),
+		help:     "How often the confirmed position is reported to Postgres; keep it well below wal_sender_timeout",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.StatusInterval }),
 		check:    func(c *Config) error { return checkPositive(c.StatusInterval) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.StatusInterval = c.StatusInterval },
 	},
@@ -125,7 +125,7 @@ var options = []*option{
 	},
 	{
 		flag: "failover-slot", env: "WALBOX_FAILOVER_SLOT", yaml: "failover_slot", group: groupPostgres,
-		help:  "Create the slot as a failover slot (PostgreSQL 17+), so a standby configured with sync_replication_slots can take it over",
+		help:    "Create the slot as a failover slot (PostgreSQL 17+), so a standby configured with sync_replication_slots can take it over",
 		value:   boolValue(func(c *Config) *bool { return &c.FailoverSlot }),
 		check:   func(*Config) error { return nil }, // any boolean; the server version is checked on start
 		slotctl: func(c *Config, s *slotctl.Config) { s.Failover = c.FailoverSlot },
@@ -138,8 +138,8 @@ var options = []*option{
 	},
 	{
 		flag: "slot-busy-timeout", env: "WALBOX_SLOT_BUSY_TIMEOUT", yaml: "slot_busy_timeout", group: groupPostgres,
-		help:  "How long to wait for a slot held by another process (a killed predecessor lingers up to wal_sender_timeout) before stopping with an error",
-		value: durationValue(func(c *Config) *time.Duration { return &c.SlotBusyTimeout }),
+		help:     "How long to wait for a slot held by another process (a killed predecessor lingers up to wal_sender_timeout) before stopping with an error",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.SlotBusyTimeout }),
 		check:    func(c *Config) error { return checkPositive(c.SlotBusyTimeout) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.SlotBusyTimeout = c.SlotBusyTimeout },
 	},
@@ -165,22 +165,22 @@ var options = []*option{
 	},
 	{
 		flag: "producer-batch-max-bytes", env: "WALBOX_PRODUCER_BATCH_MAX_BYTES", yaml: "producer_batch_max_bytes", group: groupKafka,
-		help:  "Largest record batch before compression; keep it at most the topics' max.message.bytes",
-		value: sizeIntValue(func(c *Config) *int { return &c.ProducerBatchMaxBytes }),
+		help:     "Largest record batch before compression; keep it at most the topics' max.message.bytes",
+		value:    sizeIntValue(func(c *Config) *int { return &c.ProducerBatchMaxBytes }),
 		check:    func(c *Config) error { return checkBatchMaxBytes(c.ProducerBatchMaxBytes) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.MaxBatchBytes = c.ProducerBatchMaxBytes },
 	},
 	{
 		flag: "max-inflight-records", env: "WALBOX_MAX_INFLIGHT_RECORDS", yaml: "max_inflight_records", group: groupKafka,
-		help:  "Records produced but not yet acknowledged before reading from Postgres pauses",
-		value: intValue(func(c *Config) *int { return &c.MaxInflightRecords }),
+		help:     "Records produced but not yet acknowledged before reading from Postgres pauses",
+		value:    intValue(func(c *Config) *int { return &c.MaxInflightRecords }),
 		check:    func(c *Config) error { return checkPositiveInt(c.MaxInflightRecords) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.MaxInflightRecords = c.MaxInflightRecords },
 	},
 	{
 		flag: "max-inflight-bytes", env: "WALBOX_MAX_INFLIGHT_BYTES", yaml: "max_inflight_bytes", group: groupKafka,
-		help:  "Bytes of those records before reading pauses; at least --producer-batch-max-bytes",
-		value: sizeValue(func(c *Config) *int64 { return &c.MaxInflightBytes }),
+		help:     "Bytes of those records before reading pauses; at least --producer-batch-max-bytes",
+		value:    sizeValue(func(c *Config) *int64 { return &c.MaxInflightBytes }),
 		check:    func(c *Config) error { return checkInflightBytes(c.MaxInflightBytes, c.ProducerBatchMaxBytes) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.MaxInflightBytes = c.MaxInflightBytes },
 	},
@@ -207,13 +207,13 @@ var options = []*option{
 	},
 	{
 		flag: "invalid-rows", env: "WALBOX_INVALID_ROWS", yaml: "invalid_rows", group: groupRouting,
-		help:  "What to do with a row that cannot be routed: fail (stop before confirming it) or dead-letter",
+		help:   "What to do with a row that cannot be routed: fail (stop before confirming it) or dead-letter",
 		value:  enumValue("MODE", func(c *Config) *string { return &c.InvalidRows }, invalidRowsModes...),
 		router: router.FieldInvalidRows,
 	},
 	{
 		flag: "dead-letter-topic", env: "WALBOX_DEAD_LETTER_TOPIC", yaml: "dead_letter_topic", group: groupRouting,
-		help:  "Topic that receives invalid rows; required with --invalid-rows=dead-letter",
+		help:   "Topic that receives invalid rows; required with --invalid-rows=dead-letter",
 		value:  stringValue("NAME", func(c *Config) *string { return &c.DeadLetterTopic }),
 		router: router.FieldDeadLetterTopic,
 		pipeline: func(c *Config, p *pipeline.Config) {
@@ -224,8 +224,8 @@ var options = []*option{
 	},
 	{
 		flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", yaml: "message_prefix", group: groupRouting,
-		help:  "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
-		value: stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),
+		help:     "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
+		value:    stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),
 		check:    func(c *Config) error { return checkMessagePrefix(c.MessagePrefix) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.MessagePrefix = c.MessagePrefix },
 	},
@@ -253,22 +253,22 @@ var options = []*option{
 	},
 	{
 		flag: "shutdown-timeout", env: "WALBOX_SHUTDOWN_TIMEOUT", yaml: "shutdown_timeout", group: groupOperations,
-		help:  "How long shutdown waits for in-flight records to be acknowledged",
-		value: durationValue(func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+		help:     "How long shutdown waits for in-flight records to be acknowledged",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 		check:    func(c *Config) error { return checkPositive(c.ShutdownTimeout) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.ShutdownTimeout = c.ShutdownTimeout },
 	},
 	{
 		flag: "reconnect-backoff-min", env: "WALBOX_RECONNECT_BACKOFF_MIN", yaml: "reconnect_backoff_min", group: groupOperations,
-		help:  "First wait before reconnecting after a lost connection",
-		value: durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
+		help:     "First wait before reconnecting after a lost connection",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
 		check:    func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMin = c.ReconnectBackoffMin },
 	},
 	{
 		flag: "reconnect-backoff-max", env: "WALBOX_RECONNECT_BACKOFF_MAX", yaml: "reconnect_backoff_max", group: groupOperations,
-		help:  "Longest wait between reconnection attempts (the wait doubles up to it)",
-		value: durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMax }),
+		help:     "Longest wait between reconnection attempts (the wait doubles up to it)",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMax }),
 		check:    func(c *Config) error { return checkBackoffMax(c.ReconnectBackoffMax, c.ReconnectBackoffMin) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMax = c.ReconnectBackoffMax },
 	},
@@ -488,7 +488,6 @@ func listValue(arg string, field func(*Config) *[]string) value {
 
 // Checks. Each returns nil, a *checkErr, or several joined.
 
-
 // checkMessagePrefix keeps the prefix to what pg_logical_emit_message can
 // carry and a log line can show: no NUL, no control characters.
 func checkMessagePrefix(p string) error {
@@ -513,7 +512,6 @@ func checkPositiveInt(n int) error {
 	}
 	return nil
 }
-
 
 func checkEnum(s string, allowed ...string) error {
 	for _, a := range allowed {
@@ -601,4 +599,3 @@ func checkBackoffMax(maxWait, minWait time.Duration) error {
 	}
 	return nil
 }
-

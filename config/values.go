@@ -96,4 +96,3 @@ func hostPortProblem(s string, needHost bool) string {
 	}
 	return ""
 }
-
