@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -476,4 +477,17 @@ func keywordsWithoutParam(s, key string) string {
 	}
 	b.WriteString(s[last:])
 	return strings.TrimSpace(b.String())
+}
+
+// ConnConfig parses PGDSN for an ordinary (non-replication) session, as
+// slotctl and walbox's slot setup open: a replication parameter is dropped.
+// Its error names --pg-dsn and never shows the password.
+func (c Config) ConnConfig() (*pgx.ConnConfig, error) {
+	cc, err := pgx.ParseConfig(c.PGDSN)
+	if err != nil {
+		o := optionByFlag("pg-dsn")
+		return nil, o.errorFor(c.PGDSN, badf("%s", dsnParseReason(c.PGDSN, err)), "")
+	}
+	delete(cc.RuntimeParams, "replication")
+	return cc, nil
 }

@@ -183,3 +183,34 @@ func FuzzRedactDSN(f *testing.F) {
 		}
 	})
 }
+
+// TestWithoutReplication: a DSN written for a replication tool
+// (replication=database) is accepted; walbox and slotctl open ordinary
+// sessions with it, so the parameter is dropped, and nothing else changes.
+//
+// Regression (issue 7, item 9): slotctl accepted such a DSN but walbox run
+// passed it unchanged to its ordinary session for the slot setup, where a
+// walsender session refuses the queries, and exited 1.
+func TestWithoutReplication(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"postgres://walbox:pw@db:5432/app?replication=database", "postgres://walbox:pw@db:5432/app"},
+		{"postgres://walbox:pw@db/app?sslmode=disable&replication=database&application_name=x", "postgres://walbox:pw@db/app?sslmode=disable&application_name=x"},
+		{"postgres://walbox:p%26w@db/app?replication=true", "postgres://walbox:p%26w@db/app"},
+		{"host=db user=walbox password='a b' replication=database dbname=app", "host=db user=walbox password='a b'  dbname=app"},
+		{"host=db replication = 'database' dbname=app", "host=db  dbname=app"},
+		{"postgres://walbox:pw@db/app", "postgres://walbox:pw@db/app"},
+		{"host=db dbname=app", "host=db dbname=app"},
+		{"not a dsn", "not a dsn"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if got := withoutReplication(tt.in); got != tt.want {
+				t.Errorf("withoutReplication(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+	c, err := load(t, []string{"--pg-dsn", "postgres://walbox:pw@db/app?replication=database"}, nil, "")
+	if err != nil || c.PGDSN != "postgres://walbox:pw@db/app" {
+		t.Errorf("Load: PGDSN %q, err %v; want the DSN without replication", c.PGDSN, err)
+	}
+}

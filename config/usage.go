@@ -26,29 +26,50 @@ unit (KiB, MiB, GiB, or the decimal KB, MB, GB).
 func Usage(out io.Writer) {
 	var b strings.Builder
 	b.WriteString(usageHeader)
+	writeOptions(&b, nil)
+	_, _ = io.WriteString(out, b.String())
+}
+
+// WriteOptions writes the options cmd uses as Usage does, grouped and with
+// their environment variables, YAML keys and defaults, for the command's
+// own help text.
+func (cmd Command) WriteOptions(out io.Writer) {
+	use, err := cmd.use()
+	if err != nil {
+		panic(err) // a Command naming an unknown option is a programming error
+	}
+	var b strings.Builder
+	writeOptions(&b, use)
+	_, _ = io.WriteString(out, b.String())
+}
+
+func writeOptions(b *strings.Builder, use map[*option]bool) {
 	defaults := Defaults()
 	for g, name := range groupNames {
-		fmt.Fprintf(&b, "\n%s:\n", name)
+		header := false
 		for _, o := range options {
-			if o.group != group(g) {
+			if o.group != group(g) || (use != nil && !use[o]) {
 				continue
 			}
-			fmt.Fprintf(&b, "  --%s %s", o.flag, o.value.arg)
+			if !header {
+				fmt.Fprintf(b, "\n%s:\n", name)
+				header = true
+			}
+			fmt.Fprintf(b, "  --%s %s", o.flag, o.value.arg)
 			switch def := o.value.get(&defaults); {
 			case isRequired(o, &defaults):
 				b.WriteString("  (required)")
 			case def != "":
-				fmt.Fprintf(&b, "  (default %s)", def)
+				fmt.Fprintf(b, "  (default %s)", def)
 			}
-			fmt.Fprintf(&b, "\n      %s\n", o.help)
+			fmt.Fprintf(b, "\n      %s\n", o.help)
 			yamlKey := o.yaml
 			if yamlKey == "" {
 				yamlKey = "(none)"
 			}
-			fmt.Fprintf(&b, "      env: %s   yaml: %s\n", o.env, yamlKey)
+			fmt.Fprintf(b, "      env: %s   yaml: %s\n", o.env, yamlKey)
 		}
 	}
-	_, _ = io.WriteString(out, b.String())
 }
 
 // isRequired reports whether the default value of o is missing, so that

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -24,75 +25,92 @@ type env struct {
 	stdinIsTTY bool
 }
 
-// commonOptions are the flags every subcommand takes.
+// Options of walbox's configuration each command reads. They come from
+// the same flags, WALBOX_* variables and --config file as `walbox run`'s,
+// through the same option table (package config), so one walbox.yaml
+// serves both; a file's other keys are accepted and ignored.
+var (
+	// connOptions name the database and the objects: every command.
+	connOptions = []string{"pg-dsn", "table", "slot", "publication"}
+	// createConfigOptions add what create uses: the slot kind, and the routing
+	// whose columns it checks against the table.
+	createConfigOptions = []string{
+		"failover-slot",
+		"topic", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type",
+		"column-payload", "column-headers", "column-topic", "invalid-rows", "dead-letter-topic",
+	}
+)
+
+// commonOptions are what every subcommand takes: walbox's configuration
+// and slotctl's own --timeout.
 type commonOptions struct {
-	DSN         string
-	Table       string
-	Slot        string
-	Publication string
-	Timeout     time.Duration
+	cfg     config.Config
+	Timeout time.Duration
 }
 
 // defaultTimeout bounds the database work of one command (not the prompt).
 const defaultTimeout = time.Minute
 
-func (o *commonOptions) register(fs *flag.FlagSet, e env) {
-	envOr := func(name, def string) string {
-		if v := e.getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	fs.StringVar(&o.DSN, "pg-dsn", envOr("WALBOX_PG_DSN", ""), "")
-	fs.StringVar(&o.Table, "table", envOr("WALBOX_TABLE", slotctl.DefaultTable), "")
-	fs.StringVar(&o.Slot, "slot", envOr("WALBOX_SLOT", slotctl.DefaultSlot), "")
-	fs.StringVar(&o.Publication, "publication", envOr("WALBOX_PUBLICATION", slotctl.DefaultPublication), "")
+// command returns the config.Command of subcommand name, whose own flags
+// are defined on fs; --timeout is added here.
+func (o *commonOptions) command(name string, fs *flag.FlagSet, options ...[]string) config.Command {
 	fs.DurationVar(&o.Timeout, "timeout", defaultTimeout, "")
+	var opts []string
+	for _, list := range options {
+		opts = append(opts, list...)
+	}
+	return config.Command{Name: "slotctl " + name, Options: opts, Flags: fs}
 }
 
-func (o *commonOptions) config(createMissing bool) (slotctl.Config, error) {
-	cfg := slotctl.Config{Table: o.Table, Slot: o.Slot, Publication: o.Publication, CreateMissing: createMissing}
-	if o.DSN == "" {
-		return cfg, usageError{"no database to connect to: set --pg-dsn or WALBOX_PG_DSN (e.g. postgres://user@host:5432/db)"}
+// load parses args into o (and the command's own flags on cmd.Flags).
+// On --help it prints help and the options to stdout and returns errHelp.
+// Configuration problems wrap config.ErrInvalid (exit 2); the DSN's
+// password never appears in them.
+func (o *commonOptions) load(cmd config.Command, args []string, e env, help string) error {
+	cfg, err := cmd.Load(args, e.getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(e.stdout, help)
+		fmt.Fprint(e.stdout, "\nOptions shared with walbox run (flag, environment variable, key of the --config file):\n")
+		cmd.WriteOptions(e.stdout)
+		fmt.Fprint(e.stdout, timeoutHelp)
+		return errHelp
+	}
+	if err != nil {
+		return err
 	}
 	if o.Timeout <= 0 {
-		return cfg, usageError{fmt.Sprintf("--timeout must be positive, got %s", o.Timeout)}
+		return usageError{fmt.Sprintf("--timeout must be positive, got %s", o.Timeout)}
 	}
-	return cfg, cfg.Validate()
+	o.cfg = cfg
+	return nil
+}
+
+const timeoutHelp = `
+slotctl:
+  --timeout DURATION  (default 1m0s)
+      Bound on the database work (not on the confirmation prompt)
+`
+
+// slotConfig is the slotctl library's configuration, with defaults.
+func (o *commonOptions) slotConfig(createMissing bool) slotctl.Config {
+	cfg := o.cfg.SlotctlConfig()
+	cfg.CreateMissing = createMissing
+	return cfg.WithDefaults()
 }
 
 // connect opens an ordinary session. A DSN written for walbox's replication
 // connection may carry replication=database, which would open a walsender
-// session where the extended query protocol does not work: drop it.
+// session where the extended query protocol does not work: it is dropped.
 func (o *commonOptions) connect(ctx context.Context) (*pgx.Conn, error) {
-	cc, err := pgx.ParseConfig(o.DSN)
+	cc, err := o.cfg.ConnConfig()
 	if err != nil {
-		// pgx's parse errors redact the password.
-		return nil, usageError{fmt.Sprintf("--pg-dsn: %v", err)}
+		return nil, err // names --pg-dsn, without the password; exit 2
 	}
-	delete(cc.RuntimeParams, "replication")
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	return conn, nil
-}
-
-// parseFlags parses a subcommand's flags. Help goes to stdout and returns
-// errHelp; other errors are usage errors.
-func parseFlags(fs *flag.FlagSet, args []string, e env, help string) error {
-	fs.SetOutput(io.Discard) // we print our own help text
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(e.stdout, help)
-			return errHelp
-		}
-		return usageError{fmt.Sprintf("%v (run 'slotctl %s --help')", err, fs.Name())}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q (run 'slotctl %s --help')", fs.Arg(0), fs.Name())}
-	}
-	return nil
 }
 
 // errHelp means help was printed: exit 0.

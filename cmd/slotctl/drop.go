@@ -10,7 +10,7 @@ import (
 	"github.com/walbox/walbox/slotctl"
 )
 
-const dropHelp = `Usage: slotctl drop [--publication-too] [--yes] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--timeout D]
+const dropHelp = `Usage: slotctl drop [--publication-too] [--yes] [--config FILE] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--timeout D]
 
 Drops the replication slot, and with --publication-too the publication.
 Dropping the slot discards its position: outbox rows committed after its
@@ -24,7 +24,6 @@ streams from the slot.
 On a terminal, asks you to type the slot's name (the publication's when only
 it exists). Something that does not exist is reported on stderr; it is an
 error only when nothing at all exists to drop.
-Other flags and their environment variables: see 'slotctl --help'.
 `
 
 // dropOptions are the flags of `slotctl drop`.
@@ -37,17 +36,12 @@ type dropOptions struct {
 func runDrop(ctx context.Context, args []string, e env) error {
 	var o dropOptions
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
-	o.register(fs, e)
 	fs.BoolVar(&o.PublicationToo, "publication-too", false, "")
 	fs.BoolVar(&o.Yes, "yes", false, "")
-	if err := parseFlags(fs, args, e, dropHelp); err != nil {
+	if err := o.load(o.command("drop", fs, connOptions), args, e, dropHelp); err != nil {
 		return err
 	}
-	cfg, err := o.config(false)
-	if err != nil {
-		return err
-	}
-	cfg = cfg.WithDefaults()
+	cfg := o.slotConfig(false)
 	if !o.Yes && !e.stdinIsTTY {
 		return usageError{"refusing to drop without --yes: stdin is not a terminal, so there is no one to confirm"}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 
+	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -10,7 +11,7 @@ import (
 const (
 	exitOK    = 0 // the command did what was asked
 	exitError = 1 // it failed, or (inspect) found something missing or wrong
-	exitUsage = 2 // bad command line: unknown command or flag, missing --pg-dsn, malformed name, drop without --yes off a terminal
+	exitUsage = 2 // bad command line or configuration: unknown command or flag, missing --pg-dsn, malformed value, drop without --yes off a terminal
 )
 
 // usageError marks an error in how slotctl was invoked.
@@ -24,7 +25,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &u), errors.Is(err, slotctl.ErrInvalidConfig):
+	case errors.As(err, &u), errors.Is(err, config.ErrInvalid), errors.Is(err, slotctl.ErrInvalidConfig):
 		return exitUsage
 	default:
 		return exitError

@@ -16,7 +16,7 @@ import (
 	"github.com/walbox/walbox/slotctl"
 )
 
-const inspectHelp = `Usage: slotctl inspect [--json] [--pg-dsn DSN] [--table schema.table] [--slot NAME] [--publication NAME] [--timeout D]
+const inspectHelp = `Usage: slotctl inspect [--json] [--config FILE] [--pg-dsn DSN] [--table schema.table] [--slot NAME] [--publication NAME] [--timeout D]
 
 Prints the replication slot (plugin, database, whether a process streams from
 it, confirmed_flush_lsn, restart_lsn, wal_status, WAL it holds back), the
@@ -25,8 +25,6 @@ find. Changes nothing. Exits 1 if the slot or the publication is missing or a
 problem was found.
 
   --json   print JSON: {"slot": {...} or null, "publication": {...} or null, "problems": [...]}
-
-Other flags and their environment variables: see 'slotctl --help'.
 `
 
 // inspectOptions are the flags of `slotctl inspect`.
@@ -38,15 +36,11 @@ type inspectOptions struct {
 func runInspect(ctx context.Context, args []string, e env) error {
 	var o inspectOptions
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	o.register(fs, e)
 	fs.BoolVar(&o.JSON, "json", false, "")
-	if err := parseFlags(fs, args, e, inspectHelp); err != nil {
+	if err := o.load(o.command("inspect", fs, connOptions), args, e, inspectHelp); err != nil {
 		return err
 	}
-	cfg, err := o.config(false)
-	if err != nil {
-		return err
-	}
+	cfg := o.slotConfig(false)
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	conn, err := o.connect(ctx)
@@ -55,7 +49,7 @@ func runInspect(ctx context.Context, args []string, e env) error {
 	}
 	defer conn.Close(context.Background())
 
-	r, err := inspect(ctx, conn, cfg.WithDefaults())
+	r, err := inspect(ctx, conn, cfg)
 	if err != nil {
 		return err
 	}
@@ -66,7 +60,7 @@ func runInspect(ctx context.Context, args []string, e env) error {
 			return err
 		}
 	} else {
-		r.writeText(e.stdout, cfg.WithDefaults())
+		r.writeText(e.stdout, cfg)
 	}
 	if n := len(r.Problems); n > 0 {
 		return fmt.Errorf("%d problem(s) found", n)

@@ -11,9 +11,11 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/walbox/walbox/config"
 )
 
-const usageText = `slotctl manages the Postgres side of walbox: the publication over the outbox
+const usageFormat = `slotctl manages the Postgres side of walbox: the publication over the outbox
 table and the pgoutput logical replication slot walbox streams from.
 
 Usage:
@@ -22,17 +24,20 @@ Usage:
   slotctl drop    [flags]   drop the slot (and with --publication-too the publication)
   slotctl help [command]    show this help, or a command's
 
-Flags of every command (each defaults to its environment variable, then the default):
-  --pg-dsn DSN         Postgres connection string, URL or key=value; required.
-                       Env WALBOX_PG_DSN. A replication=database parameter is ignored.
-  --table NAME         outbox table as schema.table, or table meaning public.table;
-                       case-sensitive, without quotes. Env WALBOX_TABLE; default public.outbox.
-  --slot NAME          replication slot, [a-z0-9_]{1,63}. Env WALBOX_SLOT; default walbox.
-  --publication NAME   publication. Env WALBOX_PUBLICATION; default walbox.
+Configuration: the same as walbox run's, read the same way: a flag, a WALBOX_*
+environment variable, or a key of the YAML file named by --config or
+WALBOX_CONFIG (the file may hold every key of walbox run; slotctl uses those
+below and ignores the rest). Flags beat the environment, which beats the file.
+Every command reads:
+%s
+and takes:
   --timeout DURATION   bound on the database work (not on the confirmation prompt);
                        default 1m.
 
 create:
+  --failover-slot, --topic, --column-*, --invalid-rows, --dead-letter-topic
+                       as in walbox run: the slot's kind, and the routing whose
+                       columns the table must have
   Runs the preflight checks (PostgreSQL 14+, wal_level = logical, a role with
   REPLICATION, the table exists and is readable, replication slots enabled),
   creates the publication (CREATE PUBLICATION ... FOR TABLE ... WITH (publish =
@@ -63,9 +68,16 @@ Output: data on stdout; prompts and diagnostics on stderr.
 Exit status:
   0  success
   1  failure (or, for inspect, something missing or wrong)
-  2  usage error: unknown command or flag, missing --pg-dsn, malformed name,
+  2  usage error: unknown command or flag, missing --pg-dsn, malformed value,
      drop without --yes when stdin is not a terminal
 `
+
+// usageText is slotctl's help; the options come from walbox's option table.
+var usageText = func() string {
+	var b strings.Builder
+	config.Command{Name: "slotctl", Options: connOptions}.WriteOptions(&b)
+	return fmt.Sprintf(usageFormat, strings.TrimRight(b.String(), "\n"))
+}()
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
