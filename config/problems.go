@@ -61,8 +61,10 @@ func (c Config) problems(skip, use map[*option]bool, where map[*option]string) [
 		probeProblems(c, use, owned,
 			func(o *option) bool { return o.slotctl != nil },
 			func(o *option) error {
-				var s slotctl.Config
-				o.slotctl(&c, &s)
+				var s slotctl.Config // all defaults
+				if o != nil {
+					o.slotctl(&c, &s)
+				}
 				return s.Validate()
 			},
 			c.SlotctlConfig().Validate)
@@ -72,7 +74,9 @@ func (c Config) problems(skip, use map[*option]bool, where map[*option]string) [
 			func(o *option) bool { return o.pipeline != nil },
 			func(o *option) error {
 				p := validPipelineBase()
-				o.pipeline(&c, &p)
+				if o != nil {
+					o.pipeline(&c, &p)
+				}
 				return p.Validate()
 			},
 			c.PipelineConfig().Validate)
@@ -119,16 +123,25 @@ func (c Config) routerProblems(report func(*option, error)) {
 }
 
 // probeProblems validates each matching option's field alone (probe), and
-// the whole configuration (all) for problems of a combination.
+// the whole configuration (all) for problems of a combination. A probe's
+// problems that the base it starts from has too (probe(nil)) are not the
+// option's, so they are left out.
 func probeProblems(c Config, use map[*option]bool, report func(*option, error),
 	match func(*option) bool, probe func(*option) error, all func() error,
 ) {
+	base := map[string]bool{}
+	for _, e := range splitJoined(probe(nil)) {
+		base[e.Error()] = true
+	}
 	found := false
 	for _, o := range options {
 		if !match(o) || (use != nil && !use[o]) {
 			continue
 		}
 		for _, e := range splitJoined(probe(o)) {
+			if base[e.Error()] {
+				continue
+			}
 			found = true
 			report(o, badf("%s", ownerReason(e)))
 		}
@@ -142,10 +155,12 @@ func probeProblems(c Config, use map[*option]bool, report func(*option, error),
 }
 
 // validPipelineBase is a pipeline configuration that passes Validate, onto
-// which one option's field is probed.
+// which one option's field is probed: the defaults, and well-formed values
+// for the fields without one.
 func validPipelineBase() pipeline.Config {
 	p := pipeline.DefaultConfig()
-	p.ConnString, p.Slot, p.Publication = "probe", "probe", "probe"
+	p.ConnString = "postgres://localhost/postgres"
+	p.Slot, p.Publication = slotctl.DefaultSlot, slotctl.DefaultPublication
 	return p
 }
 
