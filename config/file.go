@@ -22,7 +22,10 @@ import (
 //
 // A key with no value (or null) counts as unset; write "" for an empty
 // string, e.g. metrics_addr: "" to disable metrics.
-func applyFile(path string, data []byte, set func(o *option, v, where string) error) []error {
+// shapeErr is passed to set instead of a value when the YAML node has the
+// wrong shape (a list for a single value), so that set records the option
+// as failed and reports err.
+func applyFile(path string, data []byte, set func(o *option, v, where string, shapeErr error) error) []error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -55,7 +58,7 @@ func applyFile(path string, data []byte, set func(o *option, v, where string) er
 
 type fileWalker struct {
 	path string
-	set  func(o *option, v, where string) error
+	set  func(o *option, v, where string, shapeErr error) error
 	errs []error
 }
 
@@ -125,12 +128,14 @@ func (f *fileWalker) apply(o *option, v *yaml.Node) {
 		if v.Kind == yaml.MappingNode {
 			shown = "{...}"
 		}
-		f.errs = append(f.errs, o.errorFor(shown, fmt.Errorf("expected a single value, found %s; %s", kindName(v), o.value.expect), where))
+		if err := f.set(o, shown, where, fmt.Errorf("expected a single value, found %s; %s", kindName(v), o.value.expect)); err != nil {
+			f.errs = append(f.errs, err)
+		}
 	}
 }
 
 func (f *fileWalker) setValue(o *option, v, where string) {
-	if err := f.set(o, v, where); err != nil {
+	if err := f.set(o, v, where, nil); err != nil {
 		f.errs = append(f.errs, err)
 	}
 }

@@ -81,12 +81,16 @@ func (cmd Command) Load(args []string, getenv func(string) string) (Config, erro
 	// where holds the source of each option's value: "FILE:LINE",
 	// "environment", or "" for a flag.
 	where := map[*option]string{}
-	set := func(o *option, v, from string) error {
+	set := func(o *option, v, from string, shapeErr error) error {
 		if !used(o) {
 			return nil // a key of walbox run that this command ignores
 		}
 		where[o] = from
-		if err := o.value.set(&c, v); err != nil {
+		err := shapeErr
+		if err == nil {
+			err = o.value.set(&c, v)
+		}
+		if err != nil {
 			failed[o] = true
 			return o.errorFor(v, err, from)
 		}
@@ -118,7 +122,7 @@ func (cmd Command) Load(args []string, getenv func(string) string) (Config, erro
 			continue
 		}
 		if v := getenv(o.env); v != "" {
-			if err := set(o, v, "environment"); err != nil {
+			if err := set(o, v, "environment", nil); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -133,7 +137,7 @@ func (cmd Command) Load(args []string, getenv func(string) string) (Config, erro
 		if o.value.list {
 			v = strings.Join(vals, ",")
 		}
-		if err := set(o, v, ""); err != nil {
+		if err := set(o, v, "", nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
