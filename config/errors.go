@@ -36,21 +36,20 @@ type OptionError struct {
 
 // Error formats the problem as
 //
-//	[WHERE: ]invalid value "abc" for --flag (ENV[, key KEY]): REASON
-//	[WHERE: ]missing --flag (ENV[, key KEY]): REASON
+//	[WHERE: ][KEY: ]invalid value "abc" for --flag (ENV): REASON
+//	[WHERE: ][KEY: ]missing --flag (ENV): REASON
 func (e *OptionError) Error() string {
 	prefix := ""
 	if e.Where != "" {
 		prefix = e.Where + ": "
 	}
-	names := e.Env
 	if e.Key != "" {
-		names += ", key " + e.Key
+		prefix += e.Key + ": "
 	}
 	if e.Missing {
-		return fmt.Sprintf("%smissing --%s (%s): %s", prefix, e.Flag, names, e.Reason)
+		return fmt.Sprintf("%smissing --%s (%s): %s", prefix, e.Flag, e.Env, e.Reason)
 	}
-	return fmt.Sprintf("%sinvalid value %q for --%s (%s): %s", prefix, e.Value, e.Flag, names, e.Reason)
+	return fmt.Sprintf("%sinvalid value %q for --%s (%s): %s", prefix, e.Value, e.Flag, e.Env, e.Reason)
 }
 
 // Unwrap returns ErrInvalid.

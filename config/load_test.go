@@ -217,7 +217,7 @@ func TestLoadErrors(t *testing.T) {
 		{name: "malformed duration flag", args: []string{"--status-interval=abc"}, wantErr: []string{durationMsg}},
 		{name: "malformed duration env", env: map[string]string{"WALBOX_STATUS_INTERVAL": "abc"}, wantErr: []string{"environment: " + durationMsg}},
 		// From the file, the message also names the YAML key.
-		{name: "malformed duration YAML", file: "slot: walbox\nstatus_interval: abc\n", wantErr: []string{`walbox.yaml:2: invalid value "abc" for --status-interval (WALBOX_STATUS_INTERVAL, key status_interval): expected a Go duration`}},
+		{name: "malformed duration YAML", file: "slot: walbox\nstatus_interval: abc\n", wantErr: []string{`walbox.yaml:2: status_interval: invalid value "abc" for --status-interval (WALBOX_STATUS_INTERVAL): expected a Go duration`}},
 		{name: "YAML duration without unit", file: "status_interval: 5\n", wantErr: []string{`invalid value "5" for --status-interval`}},
 		{
 			name: "unknown YAML key names key, line and valid keys",
@@ -234,8 +234,8 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{name: "dotted YAML key", file: "columns.id: x\n", wantErr: []string{`walbox.yaml:1: unknown key "columns.id"`}},
 		{name: "YAML section not a mapping", file: "columns: id\n", wantErr: []string{`walbox.yaml:1: "columns" must be a mapping with the keys aggregate_id,`}},
-		{name: "YAML list for a single value", file: "slot: [a, b]\n", wantErr: []string{`walbox.yaml:1: invalid value "[...]" for --slot (WALBOX_SLOT, key slot): expected a single value, found a list`}},
-		{name: "YAML mapping for a list", file: "kafka_brokers: {a: b}\n", wantErr: []string{`walbox.yaml:1: invalid value "{...}" for --kafka-brokers (WALBOX_KAFKA_BROKERS, key kafka_brokers): expected a single value, found a mapping`},
+		{name: "YAML list for a single value", file: "slot: [a, b]\n", wantErr: []string{`walbox.yaml:1: slot: invalid value "[...]" for --slot (WALBOX_SLOT): expected a single value, found a list`}},
+		{name: "YAML mapping for a list", file: "kafka_brokers: {a: b}\n", wantErr: []string{`walbox.yaml:1: kafka_brokers: invalid value "{...}" for --kafka-brokers (WALBOX_KAFKA_BROKERS): expected a single value, found a mapping`},
 			// Reported once: it used to be followed by "missing --kafka-brokers".
 			notErr: []string{"missing --kafka-brokers"}},
 		{name: "YAML list of lists", file: "kafka_brokers: [[a]]\n", wantErr: []string{`walbox.yaml:1: "kafka_brokers": list items must be single values`}},

@@ -39,7 +39,7 @@ func TestOwnerDrift(t *testing.T) {
 		{
 			name:    "b: from the file, the YAML key is named too",
 			file:    "dead_letter_topic: dlq\n",
-			wantErr: []string{`walbox.yaml:1: invalid value "dlq" for --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC, key dead_letter_topic)`},
+			wantErr: []string{`walbox.yaml:1: dead_letter_topic: invalid value "dlq" for --dead-letter-topic (WALBOX_DEAD_LETTER_TOPIC)`},
 		},
 		{
 			// c) With Debezium's table and the README's mapping, the default

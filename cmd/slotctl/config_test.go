@@ -33,10 +33,10 @@ func TestSharedConfiguration(t *testing.T) {
 		not    []string
 	}{
 		{name: "a walbox.yaml is read, its other keys ignored", args: []string{"inspect", "--config", writeFile(t, walboxFile)},
-			code: exitUsage, stderr: []string{`walbox.yaml:3: invalid value "Bad-Slot" for --slot (WALBOX_SLOT, key slot)`},
+			code: exitUsage, stderr: []string{`walbox.yaml:3: slot: invalid value "Bad-Slot" for --slot (WALBOX_SLOT)`},
 			not: []string{"kafka", "log_level", "unknown key"}},
 		{name: "WALBOX_CONFIG", args: []string{"drop", "--yes"}, env: map[string]string{"WALBOX_CONFIG": writeFile(t, walboxFile)},
-			code: exitUsage, stderr: []string{"key slot"}},
+			code: exitUsage, stderr: []string{"walbox.yaml:3: slot: invalid value"}},
 		{name: "a flag beats the file", args: []string{"inspect", "--config", writeFile(t, walboxFile), "--slot", "Also-Bad"},
 			code: exitUsage, stderr: []string{`invalid value "Also-Bad" for --slot (WALBOX_SLOT)`}, not: []string{"Bad-Slot"}},
 		{name: "an unknown key is still reported", args: []string{"inspect", "--config", writeFile(t, "pg_dsn: "+dsn+"\nslott: x\n")},
