@@ -50,7 +50,8 @@ type Command struct {
 	Options []string
 	// Flags holds the command's own flags (slotctl's --timeout, --json),
 	// defined by the caller; nil when it has none. Load adds the options to
-	// it and parses args with it, so they may be mixed in any order.
+	// it and parses args with it, so they may be mixed in any order; a flag
+	// named like an option panics there, as flag.FlagSet.Var does.
 	Flags *flag.FlagSet
 }
 

@@ -293,7 +293,8 @@ type segment struct {
 
 // compileTemplate parses s and resolves its placeholders against cols (with
 // defaults applied): a logical field name stands for its mapped column, any
-// other name is a column (see Config.TopicTemplate).
+// other name is a column (see Config.TopicTemplate). Only compile calls it:
+// a malformed mapped column is left to compile's check of Columns.
 func compileTemplate(s string, cols *Columns) (*template, error) {
 	if s == "" {
 		return nil, fmt.Errorf("empty template")
@@ -320,7 +321,12 @@ func compileTemplate(s string, cols *Columns) (*template, error) {
 				}
 			}
 			rf, err := parseRef(spec)
-			if err != nil {
+			switch {
+			case err != nil && field != "":
+				// The mapped column is malformed: compile reports it under
+				// the Columns field; once is enough.
+				rf = ref{spec: spec}
+			case err != nil:
 				return nil, fmt.Errorf("placeholder {%s} at offset %d: %v", name, i, err)
 			}
 			t.segs = append(t.segs, segment{ref: len(t.refs)})

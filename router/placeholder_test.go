@@ -149,3 +149,13 @@ func TestBindingCacheBounded(t *testing.T) {
 		t.Fatalf("Route after eviction = %+v, %v", got.Record, err)
 	}
 }
+
+// TestMalformedMappedColumnReportedOnce: a bad mapping is one problem, on
+// its Columns field, not a second one on the template that uses it.
+func TestMalformedMappedColumnReportedOnce(t *testing.T) {
+	err := Config{Columns: Columns{AggregateType: `"Type"`}, TopicTemplate: DefaultTopicTemplate}.Validate()
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != FieldColumnsAggregateType || strings.Count(err.Error(), "router: ") != 1 {
+		t.Errorf("Validate() = %v, want one problem on %s", err, FieldColumnsAggregateType)
+	}
+}
