@@ -51,6 +51,17 @@ var (
 	// ErrSlotActive: a process is streaming from the slot, so it cannot be
 	// dropped.
 	ErrSlotActive = errors.New("slotctl: replication slot is in use")
+	// ErrSlotVanished: under Config.CreateOnFirstStart, the slot is missing
+	// although this is not a first start (the publication exists and does
+	// not carry walbox's pending marker for the slot). The slot was probably
+	// lost in a failover or dropped; events committed since its last
+	// position were not streamed. Nothing is created.
+	ErrSlotVanished = errors.New("slotctl: replication slot vanished")
+
+	// ErrEmitMessagePublic: PUBLIC may execute pg_logical_emit_message, so
+	// with message routing on any database role can emit events. Apply
+	// migrations/004_emit_message_privilege.sql.
+	ErrEmitMessagePublic = errors.New("slotctl: PUBLIC may execute pg_logical_emit_message")
 )
 
 // SQLSTATE codes slotctl reacts to.

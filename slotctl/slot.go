@@ -97,7 +97,11 @@ func parseLSN(s string) (pglogrepl.LSN, error) {
 
 // EnsureSlot makes sure cfg's slot exists as a pgoutput logical slot of the
 // current database and still has its WAL. A missing slot is created when
-// cfg.CreateMissing (see CreateSlot), else ErrSlotNotFound. A physical or
+// cfg.CreateMissing (see CreateSlot); under cfg.CreateOnFirstStart only when
+// cfg's publication carries the slot's PendingMarker, else ErrSlotVanished
+// (the slot was probably lost: the error says how to recover); otherwise
+// ErrSlotNotFound. Once the slot is found usable, the pending marker is
+// removed from the publication: the first start is complete. A physical or
 // temporary slot, another plugin or another database is ErrSlotMismatch;
 // wal_status = lost or any invalidation is ErrSlotLost (returned with the
 // SlotInfo). An active slot is not an error here: SlotInfo.Active says so,
@@ -121,7 +125,13 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 	}
 	s, err := Inspect(ctx, conn, r.slot)
 	if errors.Is(err, ErrSlotNotFound) {
-		if !r.createMissing {
+		switch {
+		case r.createMissing:
+		case r.firstStart:
+			if err := firstStartPending(ctx, conn, r); err != nil {
+				return s, err
+			}
+		default:
 			return s, err
 		}
 		s, err = createSlot(ctx, conn, r.slot, r.failover)
@@ -169,6 +179,12 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 			"(`slotctl create`, or start walbox), then re-publish the outbox rows created since the last event consumers received "+
 			"(they are still in the outbox table for its retention period; consumers deduplicate by event id)",
 			ErrSlotLost, s.Name, why, s.ConfirmedFlushLSN)
+	}
+	// Only now is the first start complete: the slot exists and is usable.
+	if r.createMissing || r.firstStart {
+		if err := clearPendingMarker(ctx, conn, r); err != nil {
+			return s, err
+		}
 	}
 	return s, nil
 }
