@@ -110,13 +110,13 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 	return checkPublication(ctx, conn, pub, r, t, slotExists)
 }
 
-// slotExists reports whether a logical replication slot of that name
-// exists in the current database, the only kind that can stream its
-// publications. (A slot of another database is EnsureSlot's concern.)
+// slotExists reports whether a pgoutput slot of that name exists in the
+// current database, the only kind that streams its publications. (A slot
+// of another kind or database is EnsureSlot's to report.)
 func slotExists(ctx context.Context, conn Querier, slot string) (bool, error) {
 	var exists bool
 	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots
-		WHERE slot_name = $1 AND slot_type = 'logical' AND database = current_database())`, slot).Scan(&exists)
+		WHERE slot_name = $1 AND slot_type = 'logical' AND plugin = $2 AND database = current_database())`, slot, Plugin).Scan(&exists)
 	if err != nil {
 		return false, fmt.Errorf("slotctl: look up slot %q: %w", slot, err)
 	}
