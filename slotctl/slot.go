@@ -74,7 +74,8 @@ WHERE slot_name = $1`, slot).Scan(&s.Name, &s.Plugin, &s.SlotType, &s.Database,
 		&s.Temporary, &s.Active, &s.ActivePID, &confirmed, &restart, &s.WALStatus, &s.RetainedBytes,
 		&s.InvalidationReason, &s.Failover)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: slot %q does not exist; create it with `slotctl create` (or let walbox create it)", ErrSlotNotFound, slot)
+		return s, fmt.Errorf("%w: slot %q does not exist; create it with `slotctl create` (or walbox run --create-slot); "+
+			"a new slot streams only what commits after its creation, so if it existed before, re-publish the events committed since its last position", ErrSlotNotFound, slot)
 	}
 	if err != nil {
 		return s, fmt.Errorf("slotctl: read slot %q: %w", slot, err)
@@ -176,7 +177,7 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		}
 		return s, fmt.Errorf("%w: slot %q %s, "+
 			"so outbox rows committed after %s may never be streamed. Recover: drop the slot (`slotctl drop`), create it again "+
-			"(`slotctl create`, or start walbox), then re-publish the outbox rows created since the last event consumers received "+
+			"(`slotctl create`, or start walbox with --create-slot), then re-publish the outbox rows created since the last event consumers received "+
 			"(they are still in the outbox table for its retention period; consumers deduplicate by event id)",
 			ErrSlotLost, s.Name, why, s.ConfirmedFlushLSN)
 	}
