@@ -69,6 +69,7 @@ const (
 	codeInsufficientPrivilege = "42501" // may not create/drop: not owner, no REPLICATION
 	codeUndefinedObject       = "42704" // publication or slot does not exist
 	codeDuplicateObject       = "42710" // publication or slot exists (a concurrent create)
+	codeUniqueViolation       = "23505" // a concurrent CREATE PUBLICATION of the same name, caught by the catalog's unique index
 	codeUndefinedTable        = "42P01" // the outbox table is gone
 	codeObjectInUse           = "55006" // slot active in another process
 	codeConfigLimitExceeded   = "53400" // all replication slots in use

@@ -169,3 +169,30 @@ func publicationComment(t *testing.T, e env) string {
 	}
 	return c
 }
+
+// TestFirstStartConcurrent: walboxes starting at once on a fresh database
+// all succeed with the same slot; none mistakes another's half-done first
+// start for a vanished slot.
+func TestFirstStartConcurrent(t *testing.T) {
+	for round := range 3 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			e := newEnv(t, nil, "001_outbox.sql")
+			const n = 3
+			errs := make(chan error, n)
+			for range n {
+				go func() {
+					_, _, err := slotctl.Setup(ctxT(t), e.srv.DSN(e.db), slotctl.Config{Slot: e.db, CreateOnFirstStart: true}, slotctl.SetupOptions{})
+					errs <- err
+				}()
+			}
+			for range n {
+				if err := <-errs; err != nil {
+					t.Errorf("concurrent first start: %v", err)
+				}
+			}
+			if got := publicationComment(t, e); got != "" {
+				t.Errorf("publication comment = %q after the first start, want none", got)
+			}
+		})
+	}
+}

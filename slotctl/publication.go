@@ -98,7 +98,7 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 			return fmt.Errorf("%w: publication %q does not exist; create it with `slotctl create`, or have an admin run migrations/002_publication.sql", ErrPublicationNotFound, r.publication)
 		}
 		err = createPublication(ctx, conn, r, t)
-		if err == nil || sqlState(err) != codeDuplicateObject {
+		if code := sqlState(err); err == nil || (code != codeDuplicateObject && code != codeUniqueViolation) {
 			return err
 		}
 		// Created concurrently by another walbox or an admin: verify theirs.

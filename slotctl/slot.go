@@ -126,20 +126,7 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 	}
 	s, err := Inspect(ctx, conn, r.slot)
 	if errors.Is(err, ErrSlotNotFound) {
-		switch {
-		case r.createMissing:
-		case r.firstStart:
-			if err := firstStartPending(ctx, conn, r); err != nil {
-				return s, err
-			}
-		default:
-			return s, err
-		}
-		s, err = createSlot(ctx, conn, r.slot, r.failover)
-		if errors.Is(err, ErrSlotExists) {
-			// Created concurrently by another walbox: verify theirs.
-			s, err = Inspect(ctx, conn, r.slot)
-		}
+		s, err = createMissingSlot(ctx, conn, r, err)
 	}
 	if err != nil {
 		return s, err
@@ -188,6 +175,31 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		}
 	}
 	return s, nil
+}
+
+// createMissingSlot creates r's slot, which Inspect found missing
+// (notFound), as far as r allows.
+func createMissingSlot(ctx context.Context, conn Querier, r resolved, notFound error) (SlotInfo, error) {
+	switch {
+	case r.createMissing:
+	case r.firstStart:
+		if err := firstStartPending(ctx, conn, r); err != nil {
+			// A concurrent first start may have created the slot and
+			// cleared the marker since Inspect looked: verify theirs.
+			if s, ierr := Inspect(ctx, conn, r.slot); ierr == nil {
+				return s, nil
+			}
+			return SlotInfo{}, err
+		}
+	default:
+		return SlotInfo{}, notFound
+	}
+	s, err := createSlot(ctx, conn, r.slot, r.failover)
+	if errors.Is(err, ErrSlotExists) {
+		// Created concurrently by another walbox: verify theirs.
+		return Inspect(ctx, conn, r.slot)
+	}
+	return s, err
 }
 
 // CreateSlot creates a pgoutput logical replication slot named slot in the
