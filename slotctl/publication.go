@@ -70,8 +70,9 @@ ORDER BY 1, 2`, name)
 // (see CreatePublication), else ErrPublicationNotFound; but never while
 // cfg's slot exists: that is ErrPublicationNotFound advising a new
 // publication with a new slot, since on PostgreSQL 14 to 17 a publication
-// recreated under a live slot breaks streaming for good. An existing one must list exactly the table
-// (its partitions count as the table), publish inserts, publish a
+// recreated under a live slot breaks streaming for good. An existing one
+// must list exactly the table (its partitions count as the table), publish
+// inserts, publish a
 // partitioned table via its root, and have no row filter or column list;
 // otherwise ErrPublicationMismatch says what differs and how to fix it.
 // Publishing updates, deletes or truncates as well is accepted: walbox
@@ -131,7 +132,7 @@ func slotExists(ctx context.Context, conn Querier, slot string) (bool, error) {
 func publicationUnderSlotError(r resolved) error {
 	return fmt.Errorf("%w: publication %q does not exist but slot %q does; walbox will not create the publication under the live slot: "+
 		"on PostgreSQL 14 to 17 streaming would then fail on every change written before it (\"publication does not exist\") "+
-		"and only dropping the slot would get past them. The events committed since the publication was dropped were not streamed. "+
+		"and only dropping the slot would get past them; events committed since the publication was dropped cannot be streamed from this slot. "+
 		"Cut over instead to a NEW publication with a NEW slot: start walbox with --publication %s --slot %s (new names; it creates both), "+
 		"re-publish the outbox rows committed since the last event your consumers received (consumers deduplicate by event_id), "+
 		"then drop the old slot, which holds WAL back: `slotctl drop --slot %s`",

@@ -154,8 +154,9 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		diffs = append(diffs, "is not a failover slot (recreate it, or turn it on with the replication command ALTER_REPLICATION_SLOT "+s.Name+" (FAILOVER true))")
 	}
 	if len(diffs) > 0 {
-		return s, fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may), or choose another slot with --slot",
-			ErrSlotMismatch, s.Name, strings.Join(diffs, "; "), s.Name)
+		return s, fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may) "+
+			"and create it again with `slotctl create --slot %s` (or walbox run --create-slot), or choose another slot with --slot",
+			ErrSlotMismatch, s.Name, strings.Join(diffs, "; "), s.Name, s.Name)
 	}
 	if s.WALStatus == "lost" || s.InvalidationReason != "" {
 		why := "has wal_status = lost: the server removed WAL it still needed (see max_slot_wal_keep_size)"
