@@ -91,26 +91,27 @@ func firstStartPending(ctx context.Context, conn Querier, r resolved) error {
 }
 
 // vanishedError is ErrSlotVanished with what probably happened and how to
-// recover.
+// recover. The benign case comes first: an admin-made publication on a
+// first start looks the same from here.
 func vanishedError(r resolved, comment string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "slot %q does not exist, but publication %q does", r.slot, r.publication)
 	if comment != "" && strings.HasPrefix(comment, "walbox: slot ") {
 		fmt.Fprintf(&b, " (marked %q: pending for another slot)", comment)
 	}
-	fmt.Fprintf(&b, ", so this is not a first start and walbox will not create a new slot by itself: "+
-		"a new slot streams only what commits after its creation. "+
-		"Probably the slot was lost in a primary failover (PostgreSQL before 17 does not carry logical slots over to a standby; "+
-		"on 17+ use --failover-slot with sync_replication_slots) or someone dropped it (`slotctl drop`, pg_drop_replication_slot). "+
-		"Outbox rows committed since the old slot's last confirmed position were NOT streamed. "+
+	fmt.Fprintf(&b, ", and walbox creates a slot by itself only on a first start where it also creates the publication, "+
+		"because a new slot streams only what commits after its creation. "+
+		"If this IS the first start and an admin created the publication (migrations/002_publication.sql), "+
+		"start once with --create-slot or run `slotctl create --slot %s`. "+
+		"Otherwise the slot has vanished: probably lost in a primary failover (PostgreSQL before 17 does not carry logical slots over "+
+		"to a standby; on 17+ use --failover-slot with sync_replication_slots) or someone dropped it (`slotctl drop`, pg_drop_replication_slot), "+
+		"and outbox rows committed since the old slot's last confirmed position were NOT streamed. "+
 		"To recover: start walbox once with --create-slot (or run `slotctl create --slot %s`), "+
 		"then re-publish the outbox rows committed since the last event your consumers received: they are still in %s "+
 		"for its retention period, and consumers deduplicate by event_id "+
 		"(for example, as the table's owner, in one statement: WITH moved AS (DELETE FROM %s WHERE created_at >= '<time of the last event received>' RETURNING *) "+
-		"INSERT INTO %s SELECT * FROM moved; a cutover snapshot and `walbox replay --from-table` are planned). "+
-		"If instead this is the first start and an admin created the publication (migrations/002_publication.sql), "+
-		"start once with --create-slot or run `slotctl create`",
-		r.slot, r.table, r.table.Sanitize(), r.table.Sanitize())
+		"INSERT INTO %s SELECT * FROM moved; a cutover snapshot and `walbox replay --from-table` are planned)",
+		r.slot, r.slot, r.table, r.table.Sanitize(), r.table.Sanitize())
 	return fmt.Errorf("%w: %s", ErrSlotVanished, b.String())
 }
 

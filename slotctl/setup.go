@@ -121,8 +121,17 @@ func setupOnce(ctx context.Context, connString string, cfg Config, opts SetupOpt
 	if err != nil {
 		return info, slot, err
 	}
-	if errors.Is(before, ErrSlotNotFound) {
-		log.Info("created the replication slot; it streams transactions committed from now on",
+	switch {
+	case !errors.Is(before, ErrSlotNotFound):
+	case cfg.CreateMissing:
+		// Asked for explicitly, typically after ErrSlotVanished: say again
+		// what a new slot means, and that the flag should not stay set.
+		log.Warn("created a new replication slot because of --create-slot; it streams only transactions committed from now on: "+
+			"if a slot of this name existed before, re-publish the outbox rows committed since its last position; "+
+			"remove --create-slot so that a slot that vanishes later stops walbox instead of being replaced",
+			"slot", slot.Name, "publication", cfg.Publication, "lsn", slot.ConfirmedFlushLSN.String())
+	default:
+		log.Info("created the replication slot (first start); it streams transactions committed from now on",
 			"slot", slot.Name, "publication", cfg.Publication, "lsn", slot.ConfirmedFlushLSN.String())
 	}
 	log.Info("slot ready", "slot", slot.Name, "publication", cfg.Publication,

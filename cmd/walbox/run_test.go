@@ -135,6 +135,9 @@ func TestRunRefusesVanishedSlot(t *testing.T) {
 	if !e.slotExists(t) {
 		t.Fatal("--create-slot did not create the slot")
 	}
+	if logs := e.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "remove --create-slot") {
+		t.Errorf("creating the slot with --create-slot logged no warning:\n%s", logs)
+	}
 
 	// The recovery the error advises: re-publish the rows committed since
 	// the last event received, in one statement.
