@@ -196,3 +196,27 @@ func TestFirstStartConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstStartMarkerOfAnotherOwner: a first start the table's owner
+// began (publication with the marker) and the walbox role finishes creates
+// the slot but cannot clear the marker; it says who must, rather than
+// leaving a marker that would let a vanished slot be replaced unnoticed.
+func TestFirstStartMarkerOfAnotherOwner(t *testing.T) {
+	e := newEnv(t, nil, "001_outbox.sql", "003_walbox_role.sql")
+	ctx := ctxT(t)
+	if err := slotctl.CreatePublication(ctx, e.conn, slotctl.Config{Slot: e.db}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := slotctl.Config{Slot: e.db, CreateOnFirstStart: true}
+	_, _, err := slotctl.Ensure(ctx, e.connectAs(t, "walbox"), cfg)
+	if !errors.Is(err, slotctl.ErrPublicationPrivilege) || !strings.Contains(err.Error(), `COMMENT ON PUBLICATION "walbox" IS NULL`) {
+		t.Fatalf("Ensure() as walbox = %v, want ErrPublicationPrivilege naming the COMMENT to run", err)
+	}
+	// Once the owner has cleared it (here: by running Ensure), walbox starts.
+	if _, _, err := slotctl.Ensure(ctx, e.conn, cfg); err != nil {
+		t.Fatalf("Ensure() as the owner = %v", err)
+	}
+	if _, _, err := slotctl.Ensure(ctx, e.connectAs(t, "walbox"), cfg); err != nil {
+		t.Fatalf("Ensure() as walbox after the owner cleared the marker = %v", err)
+	}
+}
