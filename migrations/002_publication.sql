@@ -6,9 +6,13 @@
 -- (Connected as the owner, `walbox run` and `slotctl create` create it when
 -- missing.)
 --
--- Apply it BEFORE walbox first starts: walbox creates its replication slot
--- on start, and pgoutput fails ("publication does not exist") on changes
--- written before the publication existed.
+-- Apply it BEFORE the replication slot is created: pgoutput fails
+-- ("publication does not exist") on changes written before the publication
+-- existed. Then create the slot with `slotctl create` (as the walbox role),
+-- or start walbox once with --create-slot: walbox creates a missing slot by
+-- itself only when it also created the publication, since a slot missing
+-- under an existing publication has usually vanished (failover, DROP) and
+-- a new one would silently skip the events committed meanwhile.
 --
 -- publish = 'insert': walbox relays inserts only; updates, deletes (such as
 -- the retention cleanup of 001_outbox.sql) and truncates stay out of the

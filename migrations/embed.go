@@ -4,7 +4,8 @@ package migrations
 
 import "embed"
 
-// FS holds 001_outbox.sql, 002_publication.sql and 003_walbox_role.sql.
+// FS holds 001_outbox.sql, 002_publication.sql, 003_walbox_role.sql and
+// 004_emit_message_privilege.sql.
 //
 //go:embed *.sql
 var FS embed.FS

@@ -20,8 +20,8 @@ const (
 )
 
 // Config names the objects slotctl checks and manages. The zero value means
-// all defaults with CreateMissing off. A Config is a plain value, safe to
-// copy and to read concurrently.
+// all defaults with nothing created. A Config is a plain value (Columns
+// aside, which it only calls), safe to copy and to read concurrently.
 //
 // Names are written as stored in the catalog: unquoted and case-sensitive
 // ("Outbox" is the table created as "Outbox", not outbox), matching the
@@ -37,12 +37,37 @@ type Config struct {
 	// Publication is the publication pgoutput streams. Default "walbox".
 	Publication string
 	// CreateMissing lets EnsurePublication and EnsureSlot create what is
-	// missing; when false they only verify and return ErrPublicationNotFound
-	// or ErrSlotNotFound. Default false.
+	// missing, as an operator's explicit `slotctl create` or
+	// `walbox run --create-slot` does. When both it and CreateOnFirstStart
+	// are false they only verify and return ErrPublicationNotFound or
+	// ErrSlotNotFound. A publication is never created while the slot exists
+	// (see EnsurePublication). Default false.
 	CreateMissing bool
+	// CreateOnFirstStart is what `walbox run` uses without --create-slot:
+	// create a missing publication, and create a missing slot only on a
+	// clear first start, that is when the publication carries the pending
+	// marker EnsurePublication wrote when it created it (see
+	// PendingMarker). A slot missing under any other publication is
+	// ErrSlotVanished: it was probably lost, and a new one would silently
+	// skip every event committed since. Ignored when CreateMissing is set.
+	// Default false.
+	CreateOnFirstStart bool
 	// Failover creates the slot with failover enabled and requires an
 	// existing one to have it (PostgreSQL 17+; see Features). Default false.
 	Failover bool
+	// Columns, when not nil, is given the outbox table's columns by
+	// Preflight, so that routing which names a missing column fails before
+	// the first row does. `walbox run` and `slotctl create` pass their
+	// *router.Router. Default nil: no column check.
+	Columns ColumnChecker
+}
+
+// ColumnChecker checks that a table has the columns its user needs.
+// CheckColumns gets the table as "schema.table" and its columns in order,
+// and returns an error naming what is missing and the option that names
+// it. *router.Router implements it.
+type ColumnChecker interface {
+	CheckColumns(table string, columns []string) error
 }
 
 // WithDefaults returns c with empty names replaced by their defaults.
@@ -72,7 +97,9 @@ type resolved struct {
 	slot          string
 	publication   string
 	createMissing bool
+	firstStart    bool // CreateOnFirstStart without CreateMissing
 	failover      bool
+	columns       ColumnChecker
 }
 
 func (c Config) resolve() (resolved, error) {
@@ -81,7 +108,11 @@ func (c Config) resolve() (resolved, error) {
 	if err := errors.Join(err, ValidateSlotName(c.Slot), validatePublication(c.Publication)); err != nil {
 		return resolved{}, err
 	}
-	return resolved{table: table, slot: c.Slot, publication: c.Publication, createMissing: c.CreateMissing, failover: c.Failover}, nil
+	return resolved{
+		table: table, slot: c.Slot, publication: c.Publication,
+		createMissing: c.CreateMissing, firstStart: c.CreateOnFirstStart && !c.CreateMissing,
+		failover: c.Failover, columns: c.Columns,
+	}, nil
 }
 
 // TableName is a schema-qualified table name as stored in the catalog.

@@ -8,7 +8,21 @@
 // change was written, so a slot whose start precedes the publication fails
 // with "publication does not exist" on the first change it decodes. For the
 // same reason, dropping and recreating the publication under a live slot
-// breaks streaming.
+// breaks streaming: EnsurePublication never creates a publication while the
+// slot exists, and advises a new publication with a new slot instead.
+//
+// A missing slot is not simply created again: a new slot streams only what
+// commits after its creation, so replacing a slot lost in a failover or
+// dropped by someone skips every event committed since. Config's
+// CreateOnFirstStart (what `walbox run` uses) creates the slot only on a
+// first start, recognised by the pending marker that a publication created
+// by slotctl carries until its slot exists (see PendingMarker); otherwise
+// ErrSlotVanished says what probably happened and how to recover.
+// CreateMissing (`slotctl create`, `walbox run --create-slot`) creates
+// whatever is missing.
+//
+// Setup is the retrying entry point of `walbox run`; CheckEmitMessagePrivilege
+// guards message routing (--message-prefix) against forged events.
 //
 // Every function takes a connection with an ordinary (non-replication)
 // session, a *pgx.Conn or anything else satisfying Querier. Identifiers are

@@ -51,6 +51,17 @@ var (
 	// ErrSlotActive: a process is streaming from the slot, so it cannot be
 	// dropped.
 	ErrSlotActive = errors.New("slotctl: replication slot is in use")
+	// ErrSlotVanished: under Config.CreateOnFirstStart, the slot is missing
+	// although this is not a first start (the publication exists and does
+	// not carry walbox's pending marker for the slot). The slot was probably
+	// lost in a failover or dropped; events committed since its last
+	// position were not streamed. Nothing is created.
+	ErrSlotVanished = errors.New("slotctl: replication slot vanished")
+
+	// ErrEmitMessagePublic: PUBLIC may execute pg_logical_emit_message, so
+	// with message routing on any database role can emit events. Apply
+	// migrations/004_emit_message_privilege.sql.
+	ErrEmitMessagePublic = errors.New("slotctl: PUBLIC may execute pg_logical_emit_message")
 )
 
 // SQLSTATE codes slotctl reacts to.
@@ -58,6 +69,7 @@ const (
 	codeInsufficientPrivilege = "42501" // may not create/drop: not owner, no REPLICATION
 	codeUndefinedObject       = "42704" // publication or slot does not exist
 	codeDuplicateObject       = "42710" // publication or slot exists (a concurrent create)
+	codeUniqueViolation       = "23505" // a concurrent CREATE PUBLICATION of the same name, caught by the catalog's unique index
 	codeUndefinedTable        = "42P01" // the outbox table is gone
 	codeObjectInUse           = "55006" // slot active in another process
 	codeConfigLimitExceeded   = "53400" // all replication slots in use

@@ -38,7 +38,9 @@ type ServerInfo struct {
 // Preflight checks that the server and the connected role can run walbox
 // on cfg's table: PostgreSQL 14 or later, wal_level = logical, a role with
 // REPLICATION (or superuser), the table exists and the role can read it,
-// max_replication_slots and max_wal_senders above 0. It runs every check it
+// max_replication_slots and max_wal_senders above 0, and, when cfg.Columns
+// is set, that the table has the columns it needs (its error is joined as
+// returned). It runs every check it
 // can and returns all failures joined, each wrapping its sentinel
 // (ErrUnsupportedVersion, ErrWALLevel, ErrNoReplicationPrivilege,
 // ErrTableNotFound, ErrTableNotReadable, ErrNoReplicationSlots) with the
@@ -94,8 +96,33 @@ func Preflight(ctx context.Context, conn Querier, cfg Config) (ServerInfo, error
 				ErrTableNotReadable, info.User, r.table, pgx.Identifier{r.table.Schema}.Sanitize(), pgx.Identifier{info.User}.Sanitize(),
 				r.table.Sanitize(), pgx.Identifier{info.User}.Sanitize()))
 		}
+		if r.columns != nil {
+			columns, err := tableColumns(ctx, conn, t.oid)
+			if err != nil {
+				return info, err
+			}
+			if err := r.columns.CheckColumns(r.table.String(), columns); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return info, errors.Join(errs...)
+}
+
+// tableColumns lists a table's columns in order (dropped ones excluded).
+func tableColumns(ctx context.Context, conn Querier, oid uint32) ([]string, error) {
+	rows, err := conn.Query(ctx, `
+SELECT attname::text FROM pg_attribute
+WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped
+ORDER BY attnum`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("slotctl: read the columns of table oid %d: %w", oid, err)
+	}
+	columns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("slotctl: read the columns of table oid %d: %w", oid, err)
+	}
+	return columns, nil
 }
 
 // readServerInfo reads settings and the role's attributes in one round trip.

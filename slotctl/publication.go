@@ -66,9 +66,13 @@ ORDER BY 1, 2`, name)
 
 // EnsurePublication makes sure cfg's publication publishes the inserts of
 // cfg's table and nothing else that walbox would receive. A missing
-// publication is created when cfg.CreateMissing (see CreatePublication),
-// else ErrPublicationNotFound. An existing one must list exactly the table
-// (its partitions count as the table), publish inserts, publish a
+// publication is created when cfg.CreateMissing or cfg.CreateOnFirstStart
+// (see CreatePublication), else ErrPublicationNotFound; but never while
+// cfg's slot exists: that is ErrPublicationNotFound advising a new
+// publication with a new slot, since on PostgreSQL 14 to 17 a publication
+// recreated under a live slot breaks streaming for good. An existing one
+// must list exactly the table (its partitions count as the table), publish
+// inserts, publish a
 // partitioned table via its root, and have no row filter or column list;
 // otherwise ErrPublicationMismatch says what differs and how to fix it.
 // Publishing updates, deletes or truncates as well is accepted: walbox
@@ -82,13 +86,20 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	slotExists, err := slotExists(ctx, conn, r.slot)
+	if err != nil {
+		return err
+	}
 	pub, err := InspectPublication(ctx, conn, r.publication)
 	if errors.Is(err, ErrPublicationNotFound) {
-		if !r.createMissing {
+		if slotExists {
+			return publicationUnderSlotError(r)
+		}
+		if !r.createMissing && !r.firstStart {
 			return fmt.Errorf("%w: publication %q does not exist; create it with `slotctl create`, or have an admin run migrations/002_publication.sql", ErrPublicationNotFound, r.publication)
 		}
 		err = createPublication(ctx, conn, r, t)
-		if err == nil || sqlState(err) != codeDuplicateObject {
+		if code := sqlState(err); err == nil || (code != codeDuplicateObject && code != codeUniqueViolation) {
 			return err
 		}
 		// Created concurrently by another walbox or an admin: verify theirs.
@@ -97,11 +108,49 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return checkPublication(ctx, conn, pub, r, t)
+	return checkPublication(ctx, conn, pub, r, t, slotExists)
+}
+
+// slotExists reports whether a pgoutput slot of that name exists in the
+// current database, the only kind that streams its publications. (A slot
+// of another kind or database is EnsureSlot's to report.)
+func slotExists(ctx context.Context, conn Querier, slot string) (bool, error) {
+	var exists bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots
+		WHERE slot_name = $1 AND slot_type = 'logical' AND plugin = $2 AND database = current_database())`, slot, Plugin).Scan(&exists)
+	if err != nil {
+		return false, fmt.Errorf("slotctl: look up slot %q: %w", slot, err)
+	}
+	return exists, nil
+}
+
+// publicationUnderSlotError refuses to create a publication under an
+// existing slot. pgoutput reads the publication through the catalog as it
+// was when each change was written, so on PostgreSQL 14 to 17 every change
+// between the slot's position and the new publication fails with
+// "publication does not exist", and only dropping the slot gets past it.
+func publicationUnderSlotError(r resolved) error {
+	return fmt.Errorf("%w: publication %q does not exist but slot %q does; walbox will not create the publication under the live slot: "+
+		"on PostgreSQL 14 to 17 streaming would then fail on every change written before it (\"publication does not exist\") "+
+		"and only dropping the slot would get past them; events committed since the publication was dropped cannot be streamed from this slot. "+
+		"Cut over instead to a NEW publication with a NEW slot: start walbox with --publication %s --slot %s (new names; it creates both), "+
+		"re-publish the outbox rows committed since the last event your consumers received (consumers deduplicate by event_id), "+
+		"then drop the old slot, which holds WAL back: `slotctl drop --slot %s`",
+		ErrPublicationNotFound, r.publication, r.slot, newName(r.publication), newName(r.slot), r.slot)
+}
+
+// newName suggests a name for a replacement object.
+func newName(old string) string {
+	if len(old)+2 > maxIdentLen {
+		old = old[:maxIdentLen-2]
+	}
+	return old + "_2"
 }
 
 // checkPublication compares an existing publication with what walbox needs.
-func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r resolved, t tableInfo) error {
+// The fixes it advises never drop the publication: slotExists or not,
+// another consumer may stream it.
+func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r resolved, t tableInfo, slotExists bool) error {
 	name := pgx.Identifier{pub.Name}.Sanitize()
 	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", name, r.table.Sanitize())
 	var diffs, fixes []string
@@ -116,7 +165,6 @@ func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r 
 
 	if pub.AllTables {
 		diffs = append(diffs, "is FOR ALL TABLES, so walbox would receive the inserts of every table")
-		addFix(fmt.Sprintf("DROP PUBLICATION %s and create it again with migrations/002_publication.sql (a FOR ALL TABLES publication cannot be narrowed)", name))
 	} else {
 		ours, extra, err := publicationMembers(ctx, conn, pub.Name, t.oid)
 		if err != nil {
@@ -154,8 +202,30 @@ func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r 
 	if len(diffs) == 0 {
 		return nil
 	}
+	if pub.AllTables {
+		// The ALTERs would not help: the new publication replaces this one.
+		return fmt.Errorf("%w: publication %q %s; %s",
+			ErrPublicationMismatch, pub.Name, strings.Join(diffs, "; "), allTablesFix(r, slotExists))
+	}
 	return fmt.Errorf("%w: publication %q %s; fix it as its owner with: %s; or choose another publication with --publication",
 		ErrPublicationMismatch, pub.Name, strings.Join(diffs, "; "), strings.Join(fixes, "; "))
+}
+
+// allTablesFix advises how to leave a FOR ALL TABLES publication, which
+// cannot be narrowed. Dropping and recreating it under a live slot breaks
+// streaming (see publicationUnderSlotError), so the advice is a new
+// publication, and with an existing slot a new slot too.
+func allTablesFix(r resolved, slotExists bool) string {
+	pub := newName(r.publication)
+	create := fmt.Sprintf("as the owner of %s, CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+		r.table, pgx.Identifier{pub}.Sanitize(), r.table.Sanitize())
+	if !slotExists {
+		return fmt.Sprintf("a FOR ALL TABLES publication cannot be narrowed: %s and use it with --publication %s", create, pub)
+	}
+	return fmt.Sprintf("a FOR ALL TABLES publication cannot be narrowed, and dropping and recreating it under the live slot %q "+
+		"would break streaming; cut over to a new publication with a NEW slot: %s, start walbox with --publication %s --slot %s, "+
+		"re-publish the outbox rows committed since the last event your consumers received (consumers deduplicate by event_id), "+
+		"then drop the old slot with `slotctl drop --slot %s`", r.slot, create, pub, newName(r.slot), r.slot)
 }
 
 // publicationMembers reports whether the publication covers the table with
@@ -220,7 +290,12 @@ WHERE pr.prpubid = $1 AND pr.prrelid = $2`, pubOID, tableOID).Scan(&filtered, &c
 // CreatePublication creates cfg's publication for cfg's table, publishing
 // inserts only (and via the root for a partitioned table):
 //
-//	CREATE PUBLICATION "walbox" FOR TABLE "public"."outbox" WITH (publish = 'insert')
+//	CREATE PUBLICATION "walbox" FOR TABLE "public"."outbox" WITH (publish = 'insert');
+//	COMMENT ON PUBLICATION "walbox" IS 'walbox: slot walbox pending'
+//
+// in one transaction; the comment is cfg.Slot's PendingMarker, which
+// EnsureSlot removes once the slot exists. It does not check cfg's slot:
+// EnsurePublication does.
 //
 // PostgreSQL requires the role to own the table (and have CREATE on the
 // database); otherwise ErrPublicationPrivilege says to have an admin run
@@ -244,8 +319,13 @@ func createPublication(ctx context.Context, conn Querier, r resolved, t tableInf
 		// Without it, rows arrive under each partition's name, not the outbox's.
 		with += ", publish_via_partition_root = true"
 	}
-	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s)",
-		pgx.Identifier{r.publication}.Sanitize(), r.table.Sanitize(), with)
+	// Two statements in one simple-protocol query run as one transaction:
+	// the publication never exists without the pending marker, so a process
+	// dying before it creates the slot is recognised on the next start.
+	// (pgx sends a query without arguments with the simple protocol.)
+	name := pgx.Identifier{r.publication}.Sanitize()
+	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s); COMMENT ON PUBLICATION %s IS %s",
+		name, r.table.Sanitize(), with, name, quoteLiteral(PendingMarker(r.slot)))
 	_, err := conn.Exec(ctx, sql)
 	switch sqlState(err) {
 	case "":

@@ -2,6 +2,7 @@ package slotctl_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -18,8 +19,11 @@ func TestEnsurePublication(t *testing.T) {
 		role     string   // connect as; default postgres
 		cfg      slotctl.Config
 		minMajor int
+		withSlot bool // a pgoutput slot exists, named after the database (cfg.Slot is set to it)
 		wantErr  error
 		wantText []string
+		wantNot  []string                 // advice the error must not give
+		wantNone bool                     // no publication may exist afterwards
 		wantPub  *slotctl.PublicationInfo // checked when no error is expected (Name, OID, Owner ignored)
 	}{
 		{
@@ -57,10 +61,45 @@ func TestEnsurePublication(t *testing.T) {
 			wantText: []string{"also publishes public.other", "SET TABLE"},
 		},
 		{
+			// It used to advise DROP PUBLICATION and recreating it, which
+			// another consumer of the publication may not survive.
 			name:     "rejects FOR ALL TABLES",
 			setup:    []string{"CREATE PUBLICATION walbox FOR ALL TABLES"},
 			wantErr:  slotctl.ErrPublicationMismatch,
-			wantText: []string{"FOR ALL TABLES", "DROP PUBLICATION"},
+			wantText: []string{"FOR ALL TABLES", `CREATE PUBLICATION "walbox_2" FOR TABLE "public"."outbox" WITH (publish = 'insert')`, "--publication walbox_2"},
+			wantNot:  []string{"DROP PUBLICATION"},
+		},
+		{
+			// Issue 7 item 4: it used to advise DROP PUBLICATION and
+			// recreating it while the slot lived, which on PostgreSQL 14-17
+			// breaks streaming until the slot is dropped.
+			name:     "FOR ALL TABLES under a live slot advises a new slot",
+			setup:    []string{"CREATE PUBLICATION walbox FOR ALL TABLES"},
+			withSlot: true,
+			wantErr:  slotctl.ErrPublicationMismatch,
+			wantText: []string{"under the live slot", "NEW slot", `CREATE PUBLICATION "walbox_2"`, "--publication walbox_2 --slot ", "slotctl drop --slot "},
+			wantNot:  []string{"DROP PUBLICATION"},
+		},
+		{
+			// Issue 7 item 4: the publication was created again under the
+			// existing slot (no error), which breaks streaming on 14-17.
+			name: "never creates the publication under a live slot", cfg: slotctl.Config{CreateMissing: true},
+			withSlot: true,
+			wantErr:  slotctl.ErrPublicationNotFound,
+			wantText: []string{`publication "walbox" does not exist but slot`, "publication does not exist", "NEW publication with a NEW slot", "--publication walbox_2 --slot ", "slotctl drop --slot "},
+			wantNot:  []string{"slotctl create"},
+			wantNone: true,
+		},
+		{
+			name: "nor on a first start", cfg: slotctl.Config{CreateOnFirstStart: true},
+			withSlot: true,
+			wantErr:  slotctl.ErrPublicationNotFound,
+			wantText: []string{"NEW publication with a NEW slot"},
+			wantNone: true,
+		},
+		{
+			name: "creates a missing one on a first start", cfg: slotctl.Config{CreateOnFirstStart: true},
+			wantPub: &slotctl.PublicationInfo{Insert: true, Tables: []slotctl.TableName{outbox}},
 		},
 		{
 			name:     "rejects one without inserts",
@@ -123,6 +162,10 @@ func TestEnsurePublication(t *testing.T) {
 			if tt.role != "" {
 				conn = e.connectAs(t, tt.role)
 			}
+			if tt.withSlot {
+				e.exec(t, fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput')", e.db))
+				tt.cfg.Slot = e.db
+			}
 			err := slotctl.EnsurePublication(ctxT(t), conn, tt.cfg)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
@@ -131,6 +174,17 @@ func TestEnsurePublication(t *testing.T) {
 				for _, s := range tt.wantText {
 					if !strings.Contains(err.Error(), s) {
 						t.Errorf("error %q does not mention %q", err, s)
+					}
+				}
+				for _, s := range tt.wantNot {
+					if strings.Contains(err.Error(), s) {
+						t.Errorf("error %q advises %q", err, s)
+					}
+				}
+				if tt.wantNone {
+					name := tt.cfg.WithDefaults().Publication
+					if _, err := slotctl.InspectPublication(ctxT(t), e.conn, name); !errors.Is(err, slotctl.ErrPublicationNotFound) {
+						t.Errorf("publication %q exists after the refusal (%v)", name, err)
 					}
 				}
 				return

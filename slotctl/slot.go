@@ -74,7 +74,8 @@ WHERE slot_name = $1`, slot).Scan(&s.Name, &s.Plugin, &s.SlotType, &s.Database,
 		&s.Temporary, &s.Active, &s.ActivePID, &confirmed, &restart, &s.WALStatus, &s.RetainedBytes,
 		&s.InvalidationReason, &s.Failover)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: slot %q does not exist; create it with `slotctl create` (or let walbox create it)", ErrSlotNotFound, slot)
+		return s, fmt.Errorf("%w: slot %q does not exist; create it with `slotctl create` (or walbox run --create-slot); "+
+			"a new slot streams only what commits after its creation, so if it existed before, re-publish the events committed since its last position", ErrSlotNotFound, slot)
 	}
 	if err != nil {
 		return s, fmt.Errorf("slotctl: read slot %q: %w", slot, err)
@@ -97,7 +98,11 @@ func parseLSN(s string) (pglogrepl.LSN, error) {
 
 // EnsureSlot makes sure cfg's slot exists as a pgoutput logical slot of the
 // current database and still has its WAL. A missing slot is created when
-// cfg.CreateMissing (see CreateSlot), else ErrSlotNotFound. A physical or
+// cfg.CreateMissing (see CreateSlot); under cfg.CreateOnFirstStart only when
+// cfg's publication carries the slot's PendingMarker, else ErrSlotVanished
+// (the slot was probably lost: the error says how to recover); otherwise
+// ErrSlotNotFound. Once the slot is found usable, the pending marker is
+// removed from the publication: the first start is complete. A physical or
 // temporary slot, another plugin or another database is ErrSlotMismatch;
 // wal_status = lost or any invalidation is ErrSlotLost (returned with the
 // SlotInfo). An active slot is not an error here: SlotInfo.Active says so,
@@ -121,14 +126,7 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 	}
 	s, err := Inspect(ctx, conn, r.slot)
 	if errors.Is(err, ErrSlotNotFound) {
-		if !r.createMissing {
-			return s, err
-		}
-		s, err = createSlot(ctx, conn, r.slot, r.failover)
-		if errors.Is(err, ErrSlotExists) {
-			// Created concurrently by another walbox: verify theirs.
-			s, err = Inspect(ctx, conn, r.slot)
-		}
+		s, err = createMissingSlot(ctx, conn, r, err)
 	}
 	if err != nil {
 		return s, err
@@ -156,8 +154,9 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		diffs = append(diffs, "is not a failover slot (recreate it, or turn it on with the replication command ALTER_REPLICATION_SLOT "+s.Name+" (FAILOVER true))")
 	}
 	if len(diffs) > 0 {
-		return s, fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may), or choose another slot with --slot",
-			ErrSlotMismatch, s.Name, strings.Join(diffs, "; "), s.Name)
+		return s, fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may) "+
+			"and create it again with `slotctl create --slot %s` (or walbox run --create-slot), or choose another slot with --slot",
+			ErrSlotMismatch, s.Name, strings.Join(diffs, "; "), s.Name, s.Name)
 	}
 	if s.WALStatus == "lost" || s.InvalidationReason != "" {
 		why := "has wal_status = lost: the server removed WAL it still needed (see max_slot_wal_keep_size)"
@@ -166,11 +165,42 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		}
 		return s, fmt.Errorf("%w: slot %q %s, "+
 			"so outbox rows committed after %s may never be streamed. Recover: drop the slot (`slotctl drop`), create it again "+
-			"(`slotctl create`, or start walbox), then re-publish the outbox rows created since the last event consumers received "+
+			"(`slotctl create`, or start walbox with --create-slot), then re-publish the outbox rows created since the last event consumers received "+
 			"(they are still in the outbox table for its retention period; consumers deduplicate by event id)",
 			ErrSlotLost, s.Name, why, s.ConfirmedFlushLSN)
 	}
+	// Only now is the first start complete: the slot exists and is usable.
+	if r.createMissing || r.firstStart {
+		if err := clearPendingMarker(ctx, conn, r); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
+}
+
+// createMissingSlot creates r's slot, which Inspect found missing
+// (notFound), as far as r allows.
+func createMissingSlot(ctx context.Context, conn Querier, r resolved, notFound error) (SlotInfo, error) {
+	switch {
+	case r.createMissing:
+	case r.firstStart:
+		if err := firstStartPending(ctx, conn, r); err != nil {
+			// A concurrent first start may have created the slot and
+			// cleared the marker since Inspect looked: verify theirs.
+			if s, ierr := Inspect(ctx, conn, r.slot); ierr == nil {
+				return s, nil
+			}
+			return SlotInfo{}, err
+		}
+	default:
+		return SlotInfo{}, notFound
+	}
+	s, err := createSlot(ctx, conn, r.slot, r.failover)
+	if errors.Is(err, ErrSlotExists) {
+		// Created concurrently by another walbox: verify theirs.
+		return Inspect(ctx, conn, r.slot)
+	}
+	return s, err
 }
 
 // CreateSlot creates a pgoutput logical replication slot named slot in the

@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -50,14 +48,12 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	schema, table := cfg.TableName()
-	slotCfg := slotctl.Config{Table: schema + "." + table, Slot: cfg.Slot, Publication: cfg.Publication, CreateMissing: true, Failover: cfg.FailoverSlot}
-	slot, err := prepareSlot(ctx, cfg, slotCfg, rt, log)
+	slot, err := setupSlot(ctx, cfg, rt, log)
 	if err != nil {
+		if ctx.Err() != nil { // stopped while waiting for Postgres
+			return nil
+		}
 		return err
-	}
-	if slot == nil { // stopped while waiting for Postgres
-		return nil
 	}
 
 	batchMax := effectiveBatchMax(ctx, cfg, log)
@@ -124,55 +120,29 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	return nil
 }
 
-// prepareSlot checks the server and creates the publication and slot when
-// missing. Connection failures are retried (Postgres may start after walbox);
-// anything a human must fix is returned at once. A nil slot means ctx ended.
-func prepareSlot(ctx context.Context, cfg config.Config, slotCfg slotctl.Config, rt *router.Router, log *slog.Logger) (*slotctl.SlotInfo, error) {
-	for attempt := 0; ; attempt++ {
-		slot, err := func() (*slotctl.SlotInfo, error) {
-			conn, err := pgx.Connect(ctx, cfg.PGDSN)
-			if err != nil {
-				return nil, fmt.Errorf("connect to postgres: %w", err)
-			}
-			defer conn.Close(context.Background())
-			info, err := slotctl.Preflight(ctx, conn, slotCfg)
-			if err != nil {
-				return nil, err
-			}
-			if err := checkTableColumns(ctx, conn, slotCfg.Table, rt); err != nil {
-				return nil, err
-			}
-			if err := slotctl.EnsurePublication(ctx, conn, slotCfg); err != nil {
-				return nil, err
-			}
-			slot, err := slotctl.EnsureSlot(ctx, conn, slotCfg)
-			if err != nil {
-				return nil, err
-			}
-			log.Info("slot ready", "slot", slot.Name, "publication", cfg.Publication,
-				"server_version", info.VersionNum, "confirmed_lsn", pglogrepl.LSN(slot.ConfirmedFlushLSN).String(),
-				"wal_status", slot.WALStatus)
-			return &slot, nil
-		}()
-		if err == nil {
-			return slot, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		if !pipeline.IsRetryable(err) {
-			return nil, err
-		}
-		delay := pipeline.Backoff(attempt, cfg.ReconnectBackoffMin, cfg.ReconnectBackoffMax)
-		log.Warn("postgres not reachable, retrying", "err", err, "retry_in", delay.String())
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil
-		}
-	}
+// setupSlot checks the server and prepares the publication and slot (see
+// slotctl.Setup). A missing slot is created only on a first start, or with
+// --create-slot; retries while Postgres is unreachable.
+func setupSlot(ctx context.Context, cfg config.Config, rt *router.Router, log *slog.Logger) (slotctl.SlotInfo, error) {
+	schema, table := cfg.TableName()
+	_, slot, err := slotctl.Setup(ctx, cfg.PGDSN, slotctl.Config{
+		Table:              schema + "." + table,
+		Slot:               cfg.Slot,
+		Publication:        cfg.Publication,
+		CreateMissing:      cfg.CreateSlot,
+		CreateOnFirstStart: true,
+		Failover:           cfg.FailoverSlot,
+		Columns:            rt,
+	}, slotctl.SetupOptions{
+		Logger:    log,
+		Retryable: pipeline.IsRetryable,
+		Backoff: func(attempt int) time.Duration {
+			return pipeline.Backoff(attempt, cfg.ReconnectBackoffMin, cfg.ReconnectBackoffMax)
+		},
+		CheckEmitMessage:       cfg.MessagePrefix != "",
+		AllowPublicEmitMessage: cfg.MessagePrefixAllowPublic,
+	})
+	return slot, err
 }
 
 // effectiveBatchMax caps --producer-batch-max-bytes at the brokers'
@@ -203,26 +173,6 @@ func deadLetterTopic(cfg config.Config) string {
 		return cfg.DeadLetterTopic
 	}
 	return ""
-}
-
-// checkTableColumns refuses to start when the routing names a column the
-// outbox table lacks; otherwise the first row would fail instead.
-func checkTableColumns(ctx context.Context, conn *pgx.Conn, table string, rt *router.Router) error {
-	name, err := slotctl.ParseTableName(table)
-	if err != nil {
-		return err
-	}
-	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
-		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
-		name.Sanitize())
-	if err != nil {
-		return fmt.Errorf("read the columns of %s: %w", table, err)
-	}
-	columns, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("read the columns of %s: %w", table, err)
-	}
-	return rt.CheckColumns(table, columns)
 }
 
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
