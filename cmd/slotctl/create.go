@@ -47,7 +47,7 @@ func runCreate(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	cfg := o.slotConfig(true)
-	_ = rt // TODO(merge wt-slot): cfg.Columns = rt (slotctl.Config.Columns, a ColumnChecker: create then refuses a table lacking a configured column)
+	cfg.Columns = rt // create refuses a table lacking a column the routing names
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	conn, err := o.connect(ctx)

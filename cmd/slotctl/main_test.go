@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -190,6 +191,20 @@ func TestInspectReportsMismatch(t *testing.T) {
 	in.run(t, "inspect").want(t, exitError,
 		[]string{"public.other", "does not include public.outbox", `"test_decoding"`}, nil)
 	in.run(t, "create").want(t, exitError, nil, []string{"does not match", "SET TABLE"})
+}
+
+// TestCreateChecksColumns: slotctl create reads walbox's routing options
+// and refuses a table that lacks a column they name, before creating
+// anything (before, only walbox run checked columns, at its first start).
+func TestCreateChecksColumns(t *testing.T) {
+	in, conn, slot := setup(t)
+	in.env["WALBOX_COLUMN_AGGREGATE_ID"] = "partition_key"
+	in.run(t, "create").want(t, exitError, nil, []string{"partition_key"})
+	if _, err := slotctl.Inspect(context.Background(), conn, slot); !errors.Is(err, slotctl.ErrSlotNotFound) {
+		t.Fatalf("slot after a refused create: %v, want ErrSlotNotFound", err)
+	}
+	delete(in.env, "WALBOX_COLUMN_AGGREGATE_ID")
+	in.run(t, "create").want(t, exitOK, []string{"slot " + slot + ": created"}, nil)
 }
 
 func TestDropRefusesActiveSlot(t *testing.T) {
