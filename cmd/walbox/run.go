@@ -35,12 +35,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}()
 	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))
 
-	rt, err := router.New(router.Config{
-		Columns:         router.Columns(cfg.Columns),
-		TopicTemplate:   cfg.Topic,
-		InvalidRows:     router.Policy(cfg.InvalidRows),
-		DeadLetterTopic: cfg.DeadLetterTopic,
-	})
+	rt, err := router.New(cfg.RouterConfig())
 	if err != nil {
 		return err
 	}
@@ -124,16 +119,11 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 // slotctl.Setup). A missing slot is created only on a first start, or with
 // --create-slot; retries while Postgres is unreachable.
 func setupSlot(ctx context.Context, cfg config.Config, rt *router.Router, log *slog.Logger) (slotctl.SlotInfo, error) {
-	schema, table := cfg.TableName()
-	_, slot, err := slotctl.Setup(ctx, cfg.PGDSN, slotctl.Config{
-		Table:              schema + "." + table,
-		Slot:               cfg.Slot,
-		Publication:        cfg.Publication,
-		CreateMissing:      cfg.CreateSlot,
-		CreateOnFirstStart: true,
-		Failover:           cfg.FailoverSlot,
-		Columns:            rt,
-	}, slotctl.SetupOptions{
+	scfg := cfg.SlotctlConfig()
+	scfg.CreateMissing = cfg.CreateSlot
+	scfg.CreateOnFirstStart = true
+	scfg.Columns = rt
+	_, slot, err := slotctl.Setup(ctx, cfg.PGDSN, scfg, slotctl.SetupOptions{
 		Logger:    log,
 		Retryable: pipeline.IsRetryable,
 		Backoff: func(attempt int) time.Duration {
