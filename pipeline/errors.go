@@ -19,12 +19,19 @@ type ProduceError struct {
 	Topic   string
 	EventID string
 	LSN     pglogrepl.LSN
+	// Checked is set when walbox refused the record before producing it,
+	// because Kafka would (a record larger than its topic's limit).
+	Checked bool
 	Err     error
 }
 
 func (e *ProduceError) Error() string {
-	return fmt.Sprintf("kafka refused event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
-		e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
+	verb := "refused"
+	if e.Checked {
+		verb = "would refuse"
+	}
+	return fmt.Sprintf("kafka %s event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
+		verb, e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
 }
 
 // produceHint says what to do about the refusals operators meet.

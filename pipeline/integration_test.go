@@ -50,6 +50,13 @@ func startEnv(t *testing.T, statusInterval time.Duration, opts ...func(*pgtest.O
 
 func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
 	t.Helper()
+	return startEnvDDL(t, outboxtest.DDL, statusInterval, mutate, opts...)
+}
+
+// startEnvDDL is startEnvWith with the schema set up by ddl (run before the
+// publication and slot are created) instead of the recommended outbox table.
+func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	srv := pgtest.Start(t, opts...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
@@ -57,7 +64,7 @@ func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipel
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+	if _, err := conn.Exec(ctx, ddl); err != nil {
 		t.Fatal(err)
 	}
 	slotCfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}

@@ -1,0 +1,180 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/router"
+)
+
+// A record Kafka refuses for good after later records of the same key were
+// acknowledged breaks the key's order on the next start (R2 R3, then R1 R2
+// R3). The common refusal, size, is therefore decided before producing, in
+// stream order: a record too large for its topic is dead-lettered in place
+// or stops the relay before it, with everything before it confirmed.
+// Refusals that remain after the fact (a limit lowered while running,
+// InvalidRecord, authorisation) keep the settle path.
+
+// TopicLimits looks up how large a record batch a topic accepts.
+// Implementations must be safe for concurrent use.
+type TopicLimits interface {
+	// MaxMessageBytes returns the topic's effective max.message.bytes (its
+	// own setting, or the brokers' message.max.bytes it inherits).
+	MaxMessageBytes(ctx context.Context, topic string) (int, error)
+}
+
+// kadmTopicLimits asks the cluster with DescribeConfigs.
+type kadmTopicLimits struct{ adm *kadm.Client }
+
+var _ TopicLimits = (*kadmTopicLimits)(nil)
+
+// NewTopicLimits returns a TopicLimits that describes topic configs through
+// cl. It needs DESCRIBE_CONFIGS on the topics; without it every lookup
+// fails and the relay falls back to its batch limit.
+func NewTopicLimits(cl *kgo.Client) TopicLimits {
+	return &kadmTopicLimits{adm: kadm.NewClient(cl)}
+}
+
+func (k *kadmTopicLimits) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
+	rcs, err := k.adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("describe configs of topic %q: %w", topic, err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		return 0, fmt.Errorf("describe configs of topic %q: %w", topic, err)
+	}
+	if rc.Err != nil {
+		return 0, fmt.Errorf("describe configs of topic %q: %w", topic, rc.Err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "max.message.bytes" && c.Value != nil {
+			n, err := strconv.Atoi(*c.Value)
+			if err != nil {
+				return 0, fmt.Errorf("topic %q max.message.bytes %q: %w", topic, *c.Value, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("topic %q: the brokers do not report max.message.bytes", topic)
+}
+
+// maxCachedTopicLimits bounds the topics whose limit is remembered; topics
+// routed from a column are the writers' choice.
+const maxCachedTopicLimits = 4096
+
+// topicLimitLookupTimeout bounds one lookup, made in the replication loop.
+const topicLimitLookupTimeout = 10 * time.Second
+
+// topicLimitCache holds each topic's limit, looked up once. Owned by the
+// goroutine running Relay.Run.
+type topicLimitCache struct {
+	byTopic        map[string]topicLimit
+	fallbackLogged bool
+}
+
+type topicLimit struct {
+	bytes int
+	// source says where bytes comes from, for the error and log line.
+	source string
+}
+
+// limitFor returns the largest record batch topic accepts, as far as
+// walbox knows: the topic's max.message.bytes when TopicLimits can say, and
+// never more than the producer's batch limit (MaxBatchBytes, which walbox
+// run caps at the brokers' message.max.bytes), which franz-go enforces
+// itself.
+func (l *loop) limitFor(topic string) topicLimit {
+	c := &l.limits
+	if lim, ok := c.byTopic[topic]; ok {
+		return lim
+	}
+	lim := topicLimit{bytes: l.cfg.MaxBatchBytes, source: "the producer batch limit (--producer-batch-max-bytes, capped at the brokers' message.max.bytes)"}
+	if l.cfg.TopicLimits != nil {
+		ctx, cancel := context.WithTimeout(l.produceCtx, topicLimitLookupTimeout)
+		n, err := l.cfg.TopicLimits.MaxMessageBytes(ctx, topic)
+		cancel()
+		switch {
+		case err != nil:
+			// A topic that does not exist yet is created with the
+			// brokers' default, which the batch limit already follows.
+			if !c.fallbackLogged || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+				l.log.Warn("could not read a topic's max.message.bytes; checking its records against the producer batch limit instead (logged once)",
+					"topic", topic, "err", err, "limit_bytes", lim.bytes)
+			}
+			c.fallbackLogged = true
+		case n < lim.bytes:
+			lim = topicLimit{bytes: n, source: "the topic's max.message.bytes"}
+		}
+	}
+	if c.byTopic == nil || len(c.byTopic) >= maxCachedTopicLimits {
+		c.byTopic = make(map[string]topicLimit)
+	}
+	c.byTopic[topic] = lim
+	return lim
+}
+
+// checkSize decides, before producing, a record Kafka would refuse as too
+// large: under the dead-letter policy it returns the dead-letter record to
+// produce in its place (m is marked dead-lettered); otherwise it returns a
+// *ProduceError that stops the relay before the record, once everything
+// before it is confirmed. A record within the limit is returned as is.
+func (l *loop) checkSize(rec *kgo.Record, m *inflightRecord) (*kgo.Record, error) {
+	size := recordBatchBytes(rec)
+	lim := l.limitFor(rec.Topic)
+	if size <= int64(lim.bytes) {
+		return rec, nil
+	}
+	reason := fmt.Sprintf("the record for topic %q is %d bytes as a record batch, above the limit of %d bytes, %s",
+		rec.Topic, size, lim.bytes, lim.source)
+	if l.cfg.DeadLetterTopic == "" || (m.deadLetter && rec.Value == nil) {
+		return nil, &ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Checked: true,
+			Err: fmt.Errorf("%w: %s", kerr.MessageTooLarge, reason)}
+	}
+	l.log.Warn("outbox record too large for Kafka; routed to the dead-letter topic without its value",
+		"event_id", m.eventID, "lsn", m.lsn.String(), "xid", m.xid, "topic", rec.Topic,
+		"size_bytes", size, "limit_bytes", lim.bytes, "dead_letter_topic", l.cfg.DeadLetterTopic)
+	m.deadLetter = true
+	return router.RefusedRecord(rec, m.origin(), l.cfg.DeadLetterTopic, reason, true), nil
+}
+
+// recordBatchBytes is the size of rec alone in a v2 record batch, what a
+// broker compares with max.message.bytes (before compression, so never
+// less than what it sees, except for incompressible data, which franz-go
+// then sends uncompressed). The batch header is 61 bytes; the record is its
+// length, attributes, timestamp and offset deltas (0 in a batch of one),
+// key, value and headers, each length a zigzag varint.
+func recordBatchBytes(rec *kgo.Record) int64 {
+	n := 1 + 1 + 1 // attributes, timestamp delta, offset delta
+	n += bytesField(rec.Key, rec.Key == nil) + bytesField(rec.Value, rec.Value == nil)
+	n += varintLen(int64(len(rec.Headers)))
+	for _, h := range rec.Headers {
+		n += varintLen(int64(len(h.Key))) + len(h.Key) + bytesField(h.Value, h.Value == nil)
+	}
+	return int64(61 + varintLen(int64(n)) + n)
+}
+
+func bytesField(b []byte, null bool) int {
+	if null {
+		return varintLen(-1)
+	}
+	return varintLen(int64(len(b))) + len(b)
+}
+
+// varintLen is the length of v as a zigzag varint.
+func varintLen(v int64) int {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	n := 1
+	for u >= 0x80 {
+		u >>= 7
+		n++
+	}
+	return n
+}
