@@ -34,6 +34,8 @@ type env struct {
 	group    *errgroup.Group
 	reg      *prometheus.Registry
 	slotName string
+	// done receives what Run returned; a test expecting an error takes it.
+	done chan error
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -95,6 +97,7 @@ func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate 
 	e.cfg = pipeline.Config{
 		ConnString: srv.DSN("postgres"), Slot: "walbox", Publication: "walbox",
 		StatusInterval: statusInterval, DedupWindow: 10000, MaxInflightRecords: 2000,
+		TopicLimits: pipeline.NewTopicLimits(kcl),
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -106,11 +109,20 @@ func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate 
 	rctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
 	e.group = &errgroup.Group{}
-	e.group.Go(func() error { return e.relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN)) })
+	e.done = make(chan error, 1)
+	e.group.Go(func() error {
+		e.done <- e.relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN))
+		return nil
+	})
 	t.Cleanup(func() {
 		cancel()
-		if err := e.group.Wait(); err != nil {
-			t.Errorf("relay: %v", err)
+		_ = e.group.Wait()
+		select {
+		case err := <-e.done:
+			if err != nil {
+				t.Errorf("relay: %v", err)
+			}
+		default: // taken by the test
 		}
 	})
 	return e

@@ -2,14 +2,19 @@ package pipeline_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
@@ -32,7 +37,11 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...s
 	metric:
 		for _, m := range mf.GetMetric() {
 			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
+				}
+				if !found {
 					continue metric
 				}
 			}
@@ -43,15 +52,6 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...s
 		}
 	}
 	return -1
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
 }
 
 // terminateWalsender drops walbox's replication connection from the server
@@ -285,4 +285,182 @@ func TestRelayNonTransactionalMessage(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRelayRoutesOnlyTheOutboxTables: a table added to the publication
+// later (FOR ALL TABLES, or by hand) must not have its rows routed as
+// events; they are counted and the relay carries on.
+//
+// How it broke: nothing checked the relation of an insert. A second table
+// shaped like the outbox had its rows published as events (one with another
+// shape stopped the relay as an invalid row). Config.Tables now names the
+// outbox; with it unset (the old behaviour) the foreign rows arrive and the
+// "routed" subtest shows it.
+func TestRelayRoutesOnlyTheOutboxTables(t *testing.T) {
+	ddl := outboxtest.DDL + `;
+CREATE TABLE public.audit (LIKE public.outbox INCLUDING DEFAULTS)`
+	for _, tt := range []struct {
+		name        string
+		tables      []string
+		wantForeign bool
+	}{
+		{name: "not routed", tables: []string{"public.outbox"}},
+		{name: "routed without Tables, as before", wantForeign: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startEnvDDL(t, ddl, 200*time.Millisecond, func(c *pipeline.Config) { c.Tables = tt.tables })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := e.conn.Exec(ctx, `ALTER PUBLICATION walbox ADD TABLE public.audit`); err != nil {
+				t.Fatal(err)
+			}
+			consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer consumer.Close()
+			gen := outboxtest.NewGenerator(6, 5)
+			before, foreign, after := gen.Batch(3), gen.Batch(4), gen.Batch(3)
+			if err := outboxtest.WriteTx(ctx, e.conn, before); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := e.conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range foreign {
+				h, _ := json.Marshal(ev.Headers)
+				if _, err := tx.Exec(ctx, `INSERT INTO public.audit (id, aggregate_type, aggregate_id, event_type, payload, headers) VALUES ($1, $2, $3, $4, $5, $6)`,
+					ev.ID, ev.AggregateType, ev.AggregateID, ev.EventType, string(ev.Payload), string(h)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := outboxtest.WriteTx(ctx, e.conn, after); err != nil {
+				t.Fatal(err)
+			}
+			want := append(append([]outboxtest.Event(nil), before...), after...)
+			if tt.wantForeign {
+				want = append(want, foreign...)
+			}
+			got := readUntil(t, consumer, 20*time.Second, "the outbox events", func(got []outboxtest.Received) bool {
+				return outboxtest.DistinctIDs(got) >= len(want)
+			})
+			// The last outbox transaction was committed after the foreign
+			// one, so once its events arrived, foreign events would have.
+			ids := map[string]bool{}
+			for _, r := range got {
+				ids[r.Headers["event_id"]] = true
+			}
+			for _, ev := range foreign {
+				if ids[ev.ID] != tt.wantForeign {
+					t.Errorf("foreign row %s delivered = %v, want %v", ev.ID, ids[ev.ID], tt.wantForeign)
+				}
+			}
+			wantCount := float64(len(foreign))
+			if tt.wantForeign {
+				wantCount = 0
+			}
+			if n := metricValue(t, e.reg, "walbox_foreign_changes_total"); n != wantCount {
+				t.Errorf("walbox_foreign_changes_total = %v, want %v", n, wantCount)
+			}
+		})
+	}
+}
+
+// TestRelayDecidesOversizedRecordsInOrder: a record larger than its topic's
+// max.message.bytes, followed by records of the same key. Under fail, the
+// relay stops before it, with the records before it confirmed and none
+// after it in Kafka; under the dead-letter policy its dead letter takes its
+// place and the rest follows.
+//
+// How it broke: the record was produced and refused by Kafka after the
+// fact, while the later records of its key were produced and acknowledged;
+// after the fix and a restart the key read R2 R3 R1 R2 R3.
+func TestRelayDecidesOversizedRecordsInOrder(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		deadLetter string
+	}{
+		{name: "fail"},
+		{name: "dead-letter", deadLetter: "outbox.dlq"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) { c.DeadLetterTopic = tt.deadLetter })
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			adm := newAdmin(t, e.brokers)
+			limit := "2000"
+			if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "outbox.event.order"); err != nil {
+				t.Fatal(err)
+			}
+			gen := outboxtest.NewGenerator(8, 1, "created")
+			evs := gen.Batch(4)
+			for i := range evs {
+				evs[i].AggregateType = "order"
+			}
+			// Incompressible, so that Kafka refuses it too (franz-go
+			// compresses batches; walbox checks sizes before compression).
+			pad := make([]byte, 1500)
+			_, _ = rand.Read(pad)
+			evs[1].Payload = []byte(`{"pad":"` + hex.EncodeToString(pad) + `"}`)
+			for _, ev := range evs {
+				if err := outboxtest.WriteTx(ctx, e.conn, []outboxtest.Event{ev}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\..*`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer consumer.Close()
+			if tt.deadLetter == "" {
+				var runErr error
+				select {
+				case runErr = <-e.done:
+				case <-ctx.Done():
+					t.Fatal("the relay did not stop at the oversized record")
+				}
+				for _, want := range []string{evs[1].ID, "outbox.event.order", "above the limit of 2000 bytes", "max.message.bytes"} {
+					if runErr == nil || !strings.Contains(runErr.Error(), want) {
+						t.Errorf("error %v does not name %q", runErr, want)
+					}
+				}
+				ends, err := adm.ListEndOffsets(ctx, "outbox.event.order")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o, _ := ends.Lookup("outbox.event.order", 0); o.Offset != 1 {
+					t.Fatalf("the topic holds %d records, want 1: only the one before the oversized record", o.Offset)
+				}
+				return
+			}
+			got := readUntil(t, consumer, 20*time.Second, "the events and the dead letter", func(got []outboxtest.Received) bool { return len(got) >= 4 })
+			var order []string
+			for _, r := range got {
+				if r.Topic == tt.deadLetter {
+					if r.Headers["event_id"] != evs[1].ID || len(r.Value) != 0 {
+						t.Fatalf("dead letter %+v, want event %s without its value", r.Headers, evs[1].ID)
+					}
+					continue
+				}
+				order = append(order, r.Headers["event_id"])
+			}
+			if want := []string{evs[0].ID, evs[2].ID, evs[3].ID}; strings.Join(order, " ") != strings.Join(want, " ") {
+				t.Fatalf("topic order %v, want %v", order, want)
+			}
+		})
+	}
+}
+
+func newAdmin(t *testing.T, brokers []string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
 }
