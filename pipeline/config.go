@@ -66,7 +66,8 @@ type Config struct {
 	// first time a record goes to it, so a record Kafka would refuse as
 	// too large is handled before it is produced, in order (dead-lettered
 	// in place, or the relay stops before it). Nil checks records against
-	// MaxBatchBytes only. NewTopicLimits builds one on a kgo.Client.
+	// MaxBatchBytes only. Use a KafkaTopicLimits, given to NewKafkaClient
+	// too.
 	TopicLimits TopicLimits
 	// SlotBusyTimeout is how long a slot held by another process (SQLSTATE
 	// 55006) is waited for before giving up (2m): long enough for a killed

@@ -85,7 +85,8 @@ func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate 
 	t.Cleanup(cluster.Close)
 	e := &env{srv: srv, conn: conn, brokers: cluster.ListenAddrs(), slotName: "walbox", reg: prometheus.NewRegistry()}
 	log := testLogger(t)
-	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers, MaxBufferedRecords: 2001}, log, e.reg)
+	limits := pipeline.NewKafkaTopicLimits()
+	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}, log, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate 
 	e.cfg = pipeline.Config{
 		ConnString: srv.DSN("postgres"), Slot: "walbox", Publication: "walbox",
 		StatusInterval: statusInterval, DedupWindow: 10000, MaxInflightRecords: 2000,
-		TopicLimits: pipeline.NewTopicLimits(kcl),
+		TopicLimits: limits,
 	}
 	if mutate != nil {
 		mutate(&e.cfg)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,20 +33,35 @@ type TopicLimits interface {
 	MaxMessageBytes(ctx context.Context, topic string) (int, error)
 }
 
-// kadmTopicLimits asks the cluster with DescribeConfigs.
-type kadmTopicLimits struct{ adm *kadm.Client }
-
-var _ TopicLimits = (*kadmTopicLimits)(nil)
-
-// NewTopicLimits returns a TopicLimits that describes topic configs through
-// cl. It needs DESCRIBE_CONFIGS on the topics; without it every lookup
-// fails and the relay falls back to its batch limit.
-func NewTopicLimits(cl *kgo.Client) TopicLimits {
-	return &kadmTopicLimits{adm: kadm.NewClient(cl)}
+// KafkaTopicLimits is the TopicLimits walbox runs with. Give it to
+// NewKafkaClient (KafkaConfig.TopicLimits) and to the relay
+// (Config.TopicLimits): it describes topic configs through that client, and
+// caps the client's record batches for each topic at the limit found, so
+// that a batch of small records is not refused for its size either. Safe
+// for concurrent use.
+type KafkaTopicLimits struct {
+	adm   atomic.Pointer[kadm.Client]
+	found sync.Map // topic → int32, the limits looked up so far
 }
 
-func (k *kadmTopicLimits) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
-	rcs, err := k.adm.DescribeTopicConfigs(ctx, topic)
+var _ TopicLimits = (*KafkaTopicLimits)(nil)
+
+// NewKafkaTopicLimits returns a KafkaTopicLimits not yet attached to a
+// client; NewKafkaClient attaches it. It needs DESCRIBE_CONFIGS on the
+// topics; without it every lookup fails and the relay falls back to the
+// producer batch limit.
+func NewKafkaTopicLimits() *KafkaTopicLimits { return &KafkaTopicLimits{} }
+
+func (k *KafkaTopicLimits) attach(cl *kgo.Client) { k.adm.Store(kadm.NewClient(cl)) }
+
+// MaxMessageBytes describes topic's configs and returns its effective
+// max.message.bytes.
+func (k *KafkaTopicLimits) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
+	adm := k.adm.Load()
+	if adm == nil {
+		return 0, errors.New("pipeline: KafkaTopicLimits is not attached to a client: pass it to NewKafkaClient in KafkaConfig.TopicLimits")
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		return 0, fmt.Errorf("describe configs of topic %q: %w", topic, err)
 	}
@@ -57,13 +75,31 @@ func (k *kadmTopicLimits) MaxMessageBytes(ctx context.Context, topic string) (in
 	for _, c := range rc.Configs {
 		if c.Key == "max.message.bytes" && c.Value != nil {
 			n, err := strconv.Atoi(*c.Value)
-			if err != nil {
-				return 0, fmt.Errorf("topic %q max.message.bytes %q: %w", topic, *c.Value, err)
+			if err != nil || n <= 0 {
+				return 0, fmt.Errorf("topic %q max.message.bytes %q is not a positive integer", topic, *c.Value)
 			}
+			k.found.Store(topic, int32(min(n, math.MaxInt32)))
 			return n, nil
 		}
 	}
 	return 0, fmt.Errorf("topic %q: the brokers do not report max.message.bytes", topic)
+}
+
+// batchMaxBytes is the client's kgo.ProducerBatchMaxBytesFn: def, or the
+// topic's limit when it is lower. The relay looks a topic up before its
+// first record is produced, so the limit is known when franz-go first asks
+// (once per partition, when it discovers it).
+func (k *KafkaTopicLimits) batchMaxBytes(def int32) func(string) int32 {
+	return func(topic string) int32 {
+		if v, ok := k.found.Load(topic); ok {
+			// franz-go refuses a cap below 512 for the whole topic;
+			// such a limit leaves the per-record check to decide.
+			if n := v.(int32); n < def && n >= 512 {
+				return n
+			}
+		}
+		return def
+	}
 }
 
 // maxCachedTopicLimits bounds the topics whose limit is remembered; topics

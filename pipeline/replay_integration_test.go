@@ -464,3 +464,39 @@ func newAdmin(t *testing.T, brokers []string) *kadm.Client {
 	t.Cleanup(cl.Close)
 	return kadm.NewClient(cl)
 }
+
+// TestRelayBatchesWithinTopicLimit: a topic whose max.message.bytes is
+// below the producer's batch limit receives many small records of one key
+// at once. Each fits; their batch must fit too.
+//
+// How it broke: franz-go filled batches up to --producer-batch-max-bytes
+// (1 MB), the broker refused the batch as too large, and the relay stopped
+// with advice to lower the flag for every topic. The topic limits walbox
+// looks up now cap each topic's batches (kgo.ProducerBatchMaxBytesFn).
+func TestRelayBatchesWithinTopicLimit(t *testing.T) {
+	e := startEnvWith(t, 200*time.Millisecond, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	limit := "2000"
+	if _, err := newAdmin(t, e.brokers).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "outbox.event.order"); err != nil {
+		t.Fatal(err)
+	}
+	var evs []outboxtest.Event
+	gen := outboxtest.NewGenerator(10, 1)
+	for _, ev := range gen.Batch(200) {
+		ev.AggregateType = "order"
+		evs = append(evs, ev)
+	}
+	if err := outboxtest.WriteTx(ctx, e.conn, evs); err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got := readUntil(t, consumer, 20*time.Second, "every event", func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(evs) })
+	if rep := outboxtest.Check(evs, got); !rep.OK() {
+		t.Fatalf("delivery: %v", rep)
+	}
+}
