@@ -20,18 +20,15 @@ type ProduceError struct {
 	EventID string
 	LSN     pglogrepl.LSN
 	// Checked is set when walbox refused the record before producing it,
-	// because Kafka would (a record larger than its topic's limit).
+	// on Kafka's behalf (a record larger than its topic's limit): nothing
+	// after it was produced.
 	Checked bool
 	Err     error
 }
 
 func (e *ProduceError) Error() string {
-	verb := "refused"
-	if e.Checked {
-		verb = "would refuse"
-	}
-	return fmt.Sprintf("kafka %s event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
-		verb, e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
+	return fmt.Sprintf("kafka refused event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
+		e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
 }
 
 // produceHint says what to do about the refusals operators meet.

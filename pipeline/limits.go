@@ -168,12 +168,13 @@ func (l *loop) checkSize(rec *kgo.Record, m *inflightRecord) (*kgo.Record, error
 	if size <= int64(lim.bytes) {
 		return rec, nil
 	}
-	reason := fmt.Sprintf("the record for topic %q is %d bytes as a record batch, above the limit of %d bytes, %s",
-		rec.Topic, size, lim.bytes, lim.source)
 	if l.cfg.DeadLetterTopic == "" || (m.deadLetter && rec.Value == nil) {
 		return nil, &ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Checked: true,
-			Err: fmt.Errorf("%w: %s", kerr.MessageTooLarge, reason)}
+			Err: fmt.Errorf("%w: the record is %d bytes as a record batch of one, over the limit of %d bytes: %s; checked before producing, so nothing after it was sent",
+				kerr.MessageTooLarge, size, lim.bytes, lim.source)}
 	}
+	reason := fmt.Sprintf("kafka refused the record for topic %q (%d bytes as a record batch of one, over the limit of %d bytes: %s; checked before producing): %v",
+		rec.Topic, size, lim.bytes, lim.source, kerr.MessageTooLarge)
 	l.log.Warn("outbox record too large for Kafka; routed to the dead-letter topic without its value",
 		"event_id", m.eventID, "lsn", m.lsn.String(), "xid", m.xid, "topic", rec.Topic,
 		"size_bytes", size, "limit_bytes", lim.bytes, "dead_letter_topic", l.cfg.DeadLetterTopic)

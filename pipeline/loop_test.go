@@ -295,7 +295,7 @@ func TestLoopChecksSizeBeforeProducing(t *testing.T) {
 		}
 		dl := p.records()[1]
 		reason := header(dl, router.HeaderError)
-		if dl.Value != nil || header(dl, router.HeaderEventID) != "e1" || !strings.Contains(reason, "above the limit of 1000 bytes") ||
+		if dl.Value != nil || header(dl, router.HeaderEventID) != "e1" || !strings.Contains(reason, "over the limit of 1000 bytes") ||
 			!strings.Contains(reason, "max.message.bytes") {
 			t.Fatalf("dead letter value %d bytes, reason %q", len(dl.Value), reason)
 		}
@@ -311,7 +311,7 @@ func TestLoopChecksSizeBeforeProducing(t *testing.T) {
 		if !errors.As(err, &pe) || !errors.Is(err, kerr.MessageTooLarge) || !pe.Checked {
 			t.Fatalf("err = %v, want a checked ProduceError wrapping MessageTooLarge", err)
 		}
-		for _, want := range []string{`"e1"`, `"outbox.event.order"`, "above the limit of 1000 bytes", "would refuse", "--invalid-rows=dead-letter"} {
+		for _, want := range []string{`"e1"`, `"outbox.event.order"`, "over the limit of 1000 bytes", "checked before producing", "--invalid-rows=dead-letter"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say %s", err, want)
 			}

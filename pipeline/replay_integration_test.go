@@ -423,7 +423,7 @@ func TestRelayDecidesOversizedRecordsInOrder(t *testing.T) {
 				case <-ctx.Done():
 					t.Fatal("the relay did not stop at the oversized record")
 				}
-				for _, want := range []string{evs[1].ID, "outbox.event.order", "above the limit of 2000 bytes", "max.message.bytes"} {
+				for _, want := range []string{evs[1].ID, "outbox.event.order", "over the limit of 2000 bytes", "max.message.bytes"} {
 					if runErr == nil || !strings.Contains(runErr.Error(), want) {
 						t.Errorf("error %v does not name %q", runErr, want)
 					}
