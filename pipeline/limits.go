@@ -112,7 +112,12 @@ const topicLimitLookupTimeout = 10 * time.Second
 // topicLimitCache holds each topic's limit, looked up once. Owned by the
 // goroutine running Relay.Run.
 type topicLimitCache struct {
-	byTopic        map[string]topicLimit
+	byTopic map[string]topicLimit
+	// last is the topic of the previous record: most streams go to few
+	// topics, and the router interns their names, so the comparison is
+	// usually a pointer check.
+	lastTopic      string
+	last           topicLimit
 	fallbackLogged bool
 }
 
@@ -129,7 +134,11 @@ type topicLimit struct {
 // itself.
 func (l *loop) limitFor(topic string) topicLimit {
 	c := &l.limits
+	if topic == c.lastTopic && c.last.bytes != 0 {
+		return c.last
+	}
 	if lim, ok := c.byTopic[topic]; ok {
+		c.lastTopic, c.last = topic, lim
 		return lim
 	}
 	lim := topicLimit{bytes: l.cfg.MaxBatchBytes, source: "the producer batch limit (--producer-batch-max-bytes, capped at the brokers' message.max.bytes)"}
@@ -154,6 +163,7 @@ func (l *loop) limitFor(topic string) topicLimit {
 		c.byTopic = make(map[string]topicLimit)
 	}
 	c.byTopic[topic] = lim
+	c.lastTopic, c.last = topic, lim
 	return lim
 }
 
