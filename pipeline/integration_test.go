@@ -59,6 +59,13 @@ func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipel
 // publication and slot are created) instead of the recommended outbox table.
 func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
 	t.Helper()
+	return startEnvKafka(t, nil, ddl, statusInterval, mutate, opts...)
+}
+
+// startEnvKafka is startEnvDDL producing to brokers (a real broker from
+// internal/kafkatest, say); nil starts a kfake cluster.
+func startEnvKafka(t *testing.T, brokers []string, ddl string, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	srv := pgtest.Start(t, opts...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
@@ -78,12 +85,15 @@ func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate 
 		t.Fatal(err)
 	}
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
-	if err != nil {
-		t.Fatal(err)
+	if brokers == nil {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cluster.Close)
+		brokers = cluster.ListenAddrs()
 	}
-	t.Cleanup(cluster.Close)
-	e := &env{srv: srv, conn: conn, brokers: cluster.ListenAddrs(), slotName: "walbox", reg: prometheus.NewRegistry()}
+	e := &env{srv: srv, conn: conn, brokers: brokers, slotName: "walbox", reg: prometheus.NewRegistry()}
 	log := testLogger(t)
 	limits := pipeline.NewKafkaTopicLimits()
 	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}, log, e.reg)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
@@ -383,23 +384,35 @@ func TestRelayDecidesOversizedRecordsInOrder(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
 		deadLetter string
+		realBroker bool
 	}{
 		{name: "fail"},
 		{name: "dead-letter", deadLetter: "outbox.dlq"},
+		// One check that a real broker's DescribeConfigs answer is read
+		// as kfake's is, and that it refuses what walbox refuses.
+		{name: "fail on a real broker", realBroker: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) { c.DeadLetterTopic = tt.deadLetter })
+			var brokers []string
+			aggType := "order"
+			if tt.realBroker {
+				brokers = kafkatest.Start(t).Addrs()
+				// Unique, in case KAFKA_BROKERS names a long-lived cluster.
+				aggType = "order" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			}
+			topic := "outbox.event." + aggType
+			e := startEnvKafka(t, brokers, outboxtest.DDL, 200*time.Millisecond, func(c *pipeline.Config) { c.DeadLetterTopic = tt.deadLetter })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			adm := newAdmin(t, e.brokers)
 			limit := "2000"
-			if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "outbox.event.order"); err != nil {
+			if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, topic); err != nil {
 				t.Fatal(err)
 			}
 			gen := outboxtest.NewGenerator(8, 1, "created")
 			evs := gen.Batch(4)
 			for i := range evs {
-				evs[i].AggregateType = "order"
+				evs[i].AggregateType = aggType
 			}
 			// Incompressible, so that Kafka refuses it too (franz-go
 			// compresses batches; walbox checks sizes before compression).
@@ -423,16 +436,16 @@ func TestRelayDecidesOversizedRecordsInOrder(t *testing.T) {
 				case <-ctx.Done():
 					t.Fatal("the relay did not stop at the oversized record")
 				}
-				for _, want := range []string{evs[1].ID, "outbox.event.order", "over the limit of 2000 bytes", "max.message.bytes"} {
+				for _, want := range []string{evs[1].ID, topic, "over the limit of 2000 bytes", "max.message.bytes"} {
 					if runErr == nil || !strings.Contains(runErr.Error(), want) {
 						t.Errorf("error %v does not name %q", runErr, want)
 					}
 				}
-				ends, err := adm.ListEndOffsets(ctx, "outbox.event.order")
+				ends, err := adm.ListEndOffsets(ctx, topic)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if o, _ := ends.Lookup("outbox.event.order", 0); o.Offset != 1 {
+				if o, _ := ends.Lookup(topic, 0); o.Offset != 1 {
 					t.Fatalf("the topic holds %d records, want 1: only the one before the oversized record", o.Offset)
 				}
 				return
