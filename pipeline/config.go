@@ -32,8 +32,9 @@ type Config struct {
 	ReceiveTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight acks on stop (30s).
 	ShutdownTimeout time.Duration
-	// DedupWindow is how many acknowledged event ids are remembered to skip
-	// what Postgres re-sends after a reconnect; 0 disables it.
+	// DedupWindow is how many acknowledged records are remembered, by
+	// commit LSN and position in their transaction (16 bytes each), to
+	// skip what Postgres re-sends after a reconnect; 0 disables it.
 	DedupWindow int
 	// MaxInflightRecords and MaxInflightBytes bound unacknowledged records
 	// (10000, 64 MiB).
