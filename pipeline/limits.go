@@ -150,7 +150,8 @@ func (l *loop) limitFor(topic string) topicLimit {
 		case err != nil:
 			// A topic that does not exist yet is created with the
 			// brokers' default, which the batch limit already follows.
-			if !c.fallbackLogged || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			// Said once: a missing permission fails every topic alike.
+			if !c.fallbackLogged {
 				l.log.Warn("could not read a topic's max.message.bytes; checking its records against the producer batch limit instead (logged once)",
 					"topic", topic, "err", err, "limit_bytes", lim.bytes)
 			}
