@@ -51,7 +51,11 @@ const faultReceiveTimeout = 4 * time.Second
 
 func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, kproxy *faultproxy.Proxy, name string) *faultEnv {
 	t.Helper()
-	pg := pgtest.Start(t)
+	// walbox raises its receive timeout to wal_sender_timeout: keep it at
+	// faultReceiveTimeout so a stalled connection is noticed within seconds.
+	pg := pgtest.Start(t, func(o *pgtest.Options) {
+		o.Settings = map[string]string{"wal_sender_timeout": faultReceiveTimeout.String()}
+	})
 	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)

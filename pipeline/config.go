@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/walbox/walbox/slotctl"
 )
 
 // Config holds the relay's settings. Zero durations and sizes take the
@@ -17,16 +19,22 @@ type Config struct {
 	// StatusInterval is how often a standby status update is sent (1s).
 	StatusInterval time.Duration
 	// ReceiveTimeout is how long the replication connection may stay
-	// silent (30s). At half of it the status update asks the server for a
-	// reply; past it the connection is given up as dead, which is how a
-	// connection stalled without being closed (a partition, a hung proxy)
-	// is noticed: the server only pings a client that stops replying, and
-	// writes into a dead socket succeed for a long time.
+	// silent (30s). It is raised to the server's wal_sender_timeout when
+	// that is longer: while the server decodes a large transaction it
+	// sends nothing but keepalives, at best every wal_sender_timeout/2, so
+	// a shorter timeout would give up live connections and make the
+	// server decode the same transaction again, forever. At a quarter of
+	// it the status update asks the server for a reply; past it the
+	// connection is given up as dead, which is how a connection stalled
+	// without being closed (a partition, a hung proxy) is noticed: the
+	// server only pings a client that stops replying, and writes into a
+	// dead socket succeed for a long time.
 	ReceiveTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight acks on stop (30s).
 	ShutdownTimeout time.Duration
-	// DedupWindow is how many acknowledged event ids are remembered to skip
-	// what Postgres re-sends after a reconnect; 0 disables it.
+	// DedupWindow is how many acknowledged records are remembered, by
+	// commit LSN and position in their transaction (16 bytes each), to
+	// skip what Postgres re-sends after a reconnect; 0 disables it.
 	DedupWindow int
 	// MaxInflightRecords and MaxInflightBytes bound unacknowledged records
 	// (10000, 64 MiB).
@@ -48,6 +56,20 @@ type Config struct {
 	// logical decoding messages with this prefix (pg_logical_emit_message)
 	// as outbox events; see message.go.
 	MessagePrefix string
+	// Tables are the outbox tables, "schema.table" (or "table", schema
+	// public), as slotctl.ParseTableName reads them. Inserts into any
+	// other table of the publication are not routed: they are counted
+	// (walbox_foreign_changes_total) and logged once per table. Outbox
+	// messages (MessagePrefix) are not tables and always route. Empty
+	// routes inserts of every table the publication sends.
+	Tables []string
+	// TopicLimits, when set, looks up each topic's max.message.bytes the
+	// first time a record goes to it, so a record Kafka would refuse as
+	// too large is handled before it is produced, in order (dead-lettered
+	// in place, or the relay stops before it). Nil checks records against
+	// MaxBatchBytes only. Use a KafkaTopicLimits, given to NewKafkaClient
+	// too.
+	TopicLimits TopicLimits
 	// SlotBusyTimeout is how long a slot held by another process (SQLSTATE
 	// 55006) is waited for before giving up (2m): long enough for a killed
 	// predecessor's walsender to notice (wal_sender_timeout, 60s by
@@ -114,8 +136,28 @@ func (c Config) Validate() error {
 	if c.Publication == "" {
 		errs = append(errs, errors.New("pipeline: publication name is empty"))
 	}
+	for _, t := range c.Tables {
+		if _, err := slotctl.ParseTableName(t); err != nil {
+			errs = append(errs, fmt.Errorf("pipeline: outbox tables: %w", err))
+		}
+	}
 	if c.DedupWindow < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: dedup window %d is negative", c.DedupWindow))
 	}
 	return errors.Join(errs...)
+}
+
+// tableSet returns Tables as a set of "schema.table", nil when empty. Call
+// it on a validated Config.
+func (c Config) tableSet() map[string]struct{} {
+	if len(c.Tables) == 0 {
+		return nil
+	}
+	set := make(map[string]struct{}, len(c.Tables))
+	for _, t := range c.Tables {
+		if n, err := slotctl.ParseTableName(t); err == nil {
+			set[n.String()] = struct{}{}
+		}
+	}
+	return set
 }

@@ -2,14 +2,10 @@ package pipeline
 
 import (
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/walbox/walbox/router"
 )
 
 // recordRejected reports whether Kafka refused a record for what it is
@@ -29,26 +25,8 @@ func tooLarge(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
-// deadLetterRecord describes a refused record on the dead-letter topic. The
-// value is dropped when the refusal was about size, since it would be
-// refused again; the row stays in the outbox table, and the headers say
-// where (table, LSN, event id).
-func deadLetterRecord(orig *kgo.Record, m *inflightRecord, topic string) *kgo.Record {
-	value := orig.Value
-	if errors.Is(m.rejected, kerr.MessageTooLarge) || errors.Is(m.rejected, kerr.RecordListTooLarge) {
-		value = nil
-	}
-	headers := make([]kgo.RecordHeader, 0, len(orig.Headers)+5)
-	headers = append(headers, orig.Headers...)
-	headers = append(headers,
-		kgo.RecordHeader{Key: router.HeaderError, Value: []byte(fmt.Sprintf("kafka refused the record for topic %q (%d bytes): %v", orig.Topic, len(orig.Value), m.rejected))},
-		kgo.RecordHeader{Key: router.HeaderTable, Value: []byte(m.table())},
-		kgo.RecordHeader{Key: router.HeaderLSN, Value: []byte(m.lsn.String())},
-		kgo.RecordHeader{Key: router.HeaderXID, Value: []byte(strconv.FormatUint(uint64(m.xid), 10))},
-		kgo.RecordHeader{Key: "walbox_original_topic", Value: []byte(orig.Topic)},
-	)
-	return &kgo.Record{Topic: topic, Key: orig.Key, Value: value, Headers: headers}
-}
+// The dead-letter record itself is built by router.RefusedRecord: every
+// record shape is the router's.
 
 // rerouteQueue carries refused records from promise callbacks to the loop.
 type rerouteQueue struct {

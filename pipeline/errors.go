@@ -19,6 +19,10 @@ type ProduceError struct {
 	Topic   string
 	EventID string
 	LSN     pglogrepl.LSN
+	// Checked is set when walbox refused the record before producing it,
+	// on Kafka's behalf (a record larger than its topic's limit): nothing
+	// after it was produced.
+	Checked bool
 	Err     error
 }
 

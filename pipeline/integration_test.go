@@ -34,6 +34,8 @@ type env struct {
 	group    *errgroup.Group
 	reg      *prometheus.Registry
 	slotName string
+	// done receives what Run returned; a test expecting an error takes it.
+	done chan error
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -50,6 +52,20 @@ func startEnv(t *testing.T, statusInterval time.Duration, opts ...func(*pgtest.O
 
 func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
 	t.Helper()
+	return startEnvDDL(t, outboxtest.DDL, statusInterval, mutate, opts...)
+}
+
+// startEnvDDL is startEnvWith with the schema set up by ddl (run before the
+// publication and slot are created) instead of the recommended outbox table.
+func startEnvDDL(t *testing.T, ddl string, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
+	t.Helper()
+	return startEnvKafka(t, nil, ddl, statusInterval, mutate, opts...)
+}
+
+// startEnvKafka is startEnvDDL producing to brokers (a real broker from
+// internal/kafkatest, say); nil starts a kfake cluster.
+func startEnvKafka(t *testing.T, brokers []string, ddl string, statusInterval time.Duration, mutate func(*pipeline.Config), opts ...func(*pgtest.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	srv := pgtest.Start(t, opts...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
@@ -57,7 +73,7 @@ func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipel
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+	if _, err := conn.Exec(ctx, ddl); err != nil {
 		t.Fatal(err)
 	}
 	slotCfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
@@ -69,14 +85,18 @@ func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipel
 		t.Fatal(err)
 	}
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
-	if err != nil {
-		t.Fatal(err)
+	if brokers == nil {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cluster.Close)
+		brokers = cluster.ListenAddrs()
 	}
-	t.Cleanup(cluster.Close)
-	e := &env{srv: srv, conn: conn, brokers: cluster.ListenAddrs(), slotName: "walbox", reg: prometheus.NewRegistry()}
+	e := &env{srv: srv, conn: conn, brokers: brokers, slotName: "walbox", reg: prometheus.NewRegistry()}
 	log := testLogger(t)
-	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers, MaxBufferedRecords: 2001}, log, e.reg)
+	limits := pipeline.NewKafkaTopicLimits()
+	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}, log, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +108,7 @@ func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipel
 	e.cfg = pipeline.Config{
 		ConnString: srv.DSN("postgres"), Slot: "walbox", Publication: "walbox",
 		StatusInterval: statusInterval, DedupWindow: 10000, MaxInflightRecords: 2000,
+		TopicLimits: limits,
 	}
 	if mutate != nil {
 		mutate(&e.cfg)
@@ -99,11 +120,20 @@ func startEnvWith(t *testing.T, statusInterval time.Duration, mutate func(*pipel
 	rctx, cancel := context.WithCancel(ctx)
 	e.cancel = cancel
 	e.group = &errgroup.Group{}
-	e.group.Go(func() error { return e.relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN)) })
+	e.done = make(chan error, 1)
+	e.group.Go(func() error {
+		e.done <- e.relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN))
+		return nil
+	})
 	t.Cleanup(func() {
 		cancel()
-		if err := e.group.Wait(); err != nil {
-			t.Errorf("relay: %v", err)
+		_ = e.group.Wait()
+		select {
+		case err := <-e.done:
+			if err != nil {
+				t.Errorf("relay: %v", err)
+			}
+		default: // taken by the test
 		}
 	})
 	return e

@@ -21,22 +21,35 @@ type metrics struct {
 	commitToAck        prometheus.Histogram
 	lastAck            prometheus.Gauge
 	streaming          prometheus.Gauge
+	// nonTransactionalSkipped is walbox_messages_skipped_total's one
+	// reason so far; the label keeps room for others without renaming.
+	nonTransactionalSkipped prometheus.Counter
+	foreignChanges          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
 	f := promauto.With(reg)
+	skipped := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "walbox_messages_skipped_total",
+		Help: "Outbox messages (pg_logical_emit_message with the configured prefix) neither routed nor dead-lettered, by reason: non_transactional (emitted outside a transaction, with no dead-letter topic set).",
+	}, []string{"reason"})
 	return &metrics{
+		nonTransactionalSkipped: skipped.WithLabelValues("non_transactional"),
+		foreignChanges: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_foreign_changes_total",
+			Help: "Inserts into tables of the publication that are not the outbox tables, not routed.",
+		}),
 		eventsProduced: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_events_produced_total",
 			Help: "Outbox events acknowledged by Kafka, dead-lettered ones included.",
 		}),
 		eventsDeadLettered: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_events_dead_lettered_total",
-			Help: "Invalid outbox rows routed to the dead-letter topic.",
+			Help: "Records routed to the dead-letter topic and acknowledged: invalid rows, records Kafka refuses, non-transactional outbox messages.",
 		}),
 		duplicatesSkipped: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_events_duplicate_skipped_total",
-			Help: "Events re-sent by Postgres after a reconnect that Kafka had already acknowledged, recognised by event id and not produced again.",
+			Help: "Events re-sent by Postgres after a reconnect that Kafka had already acknowledged, recognised by commit LSN and position in the transaction and not produced again.",
 		}),
 		produceErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_produce_errors_total",

@@ -26,6 +26,11 @@ type KafkaConfig struct {
 	// MaxBufferedRecords must be at least the relay's MaxInflightRecords so
 	// Produce never blocks the replication loop.
 	MaxBufferedRecords int
+	// TopicLimits, when set, is attached to the client (it describes topic
+	// configs through it) and caps each topic's batches at the topic's
+	// max.message.bytes once looked up. Give the same value to the relay
+	// (Config.TopicLimits).
+	TopicLimits *KafkaTopicLimits
 }
 
 // NewKafkaClient returns a franz-go client set up for the outbox guarantee:
@@ -62,8 +67,14 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
 	}
+	batchMax := int32(DefaultConfig().MaxBatchBytes)
 	if c.BatchMaxBytes > 0 {
-		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(c.BatchMaxBytes)))
+		batchMax = int32(c.BatchMaxBytes)
+	}
+	if c.TopicLimits != nil {
+		opts = append(opts, kgo.ProducerBatchMaxBytesFn(c.TopicLimits.batchMaxBytes(batchMax)))
+	} else if c.BatchMaxBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(batchMax))
 	}
 	if c.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(c.MaxBufferedRecords))
@@ -74,6 +85,9 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: create client for brokers %v: %w", c.Brokers, err)
+	}
+	if c.TopicLimits != nil {
+		c.TopicLimits.attach(cl)
 	}
 	return cl, nil
 }

@@ -45,9 +45,15 @@ type Relay struct {
 	dedup    *dedupWindow
 	reroute  rerouteQueue
 	messages messageRelations
-	// received is the end of the WAL received so far, over all sessions;
-	// written by the loop when a session ends.
-	received pglogrepl.LSN
+	// lastCommit is the highest commit LSN received so far, over all
+	// sessions; written by the loop when a session ends.
+	lastCommit pglogrepl.LSN
+	// tables holds Config.Tables as "schema.table"; nil routes every table.
+	tables  map[string]struct{}
+	foreign foreignLog
+	limits  topicLimitCache
+	// timeoutLogged is set once the effective receive timeout was logged.
+	timeoutLogged bool
 
 	// Owned by the loop goroutine.
 	tracker *checkpoint.Tracker
@@ -77,6 +83,7 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 	}
 	r.metrics = newMetrics(reg, r.inflight)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
+	r.tables = cfg.tableSet()
 	return r, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +32,8 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		_ = conn.Close(cctx)
 	}()
 
+	receiveTimeout := r.receiveTimeout(ctx, conn)
+
 	// A new walsender session re-sends Relation messages and every
 	// transaction after the confirmed position, whole.
 	r.dec.Reset()
@@ -54,13 +55,10 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
-	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(), replayUntil: r.received}
+	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(),
+		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit}
 	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
-	defer func() {
-		if l.received > r.received {
-			r.received = l.received
-		}
-	}()
+	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
 	return true, l.run(ctx)
 }
 
@@ -98,14 +96,27 @@ type loop struct {
 	conn       *pgconn.PgConn
 	produceCtx context.Context
 	txn        *checkpoint.Txn
+	// ord is the position of the next change or message in txn.
+	ord        uint32
 	received   pglogrepl.LSN
 	nextStatus time.Time
 	sentLSN    pglogrepl.LSN
 	// lastReceive is when the server last sent anything.
 	lastReceive time.Time
-	// replayUntil is the end of the WAL received by earlier sessions: what
-	// the server sends up to it may have been produced already.
+	// receiveTimeout is Config.ReceiveTimeout, raised to the server's
+	// wal_sender_timeout (see timeout.go).
+	receiveTimeout time.Duration
+	// lastCommit is the highest commit LSN (or non-transactional message
+	// LSN) this session received.
+	lastCommit pglogrepl.LSN
+	// replayUntil is the highest commit LSN received by earlier sessions:
+	// the transactions the server sends up to it may have been produced
+	// already, the ones after it cannot have been.
 	replayUntil pglogrepl.LSN
+	// lastRel and routeCache cache routes (tables.go).
+	lastRel    *decoder.Relation
+	lastRoutes bool
+	routeCache map[*decoder.Relation]bool
 	// promise settles any record; built once per session.
 	promise func(*kgo.Record, error)
 	// readDeadline is the deadline last set on the socket.
@@ -121,9 +132,9 @@ func (l *loop) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return l.stop()
 		}
-		if silent := time.Since(l.lastReceive); silent > l.cfg.ReceiveTimeout {
+		if silent := time.Since(l.lastReceive); silent > l.receiveTimeout {
 			return &connectionLostError{err: fmt.Errorf("nothing received from the server for %s (receive timeout %s); reconnecting",
-				silent.Round(time.Millisecond), l.cfg.ReceiveTimeout)}
+				silent.Round(time.Millisecond), l.receiveTimeout)}
 		}
 		if !time.Now().Before(l.nextStatus) {
 			if err := l.sendStatus(ctx); err != nil {
@@ -247,10 +258,27 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	switch m := msg.(type) {
 	case *decoder.Begin:
 		l.txn = l.tracker.Begin()
+		l.ord = 0
+		l.lastCommit = max(l.lastCommit, m.CommitLSN)
 	case *decoder.Insert:
-		return l.handleInsert(m)
+		// Every insert of the transaction counts towards the positions,
+		// routed or not: they are what the server sends again, in the
+		// same order, on a new connection. Relation and Type messages do
+		// not count: a session sends them when it first needs them.
+		key := replayKey{commit: m.CommitLSN, ord: l.ord}
+		l.ord++
+		if !l.routes(m.Relation) {
+			l.foreignChange(m)
+			return nil
+		}
+		return l.handleInsert(m, key)
 	case *decoder.Message:
-		return l.handleMessage(m)
+		if !m.Transactional {
+			return l.handleNonTransactional(m)
+		}
+		key := replayKey{commit: m.CommitLSN, ord: l.ord}
+		l.ord++
+		return l.handleMessage(m, key)
 	case *decoder.Commit:
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
@@ -262,63 +290,140 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	return nil
 }
 
-func (l *loop) handleInsert(ins *decoder.Insert) error {
-	routed, err := l.router.Route(ins)
-	if err != nil {
-		return err
-	}
-	// Only what this process received before a reconnect can come again,
-	// so newer changes skip the dedup lookup.
-	if ins.LSN <= l.replayUntil {
-		if l.dedup.seen(routed.EventID) {
+// replayed reports whether the change of key was produced and acknowledged
+// before a reconnect. Only transactions received before the reconnect can
+// come again, so a transaction past them ends the replay and later changes
+// cost one comparison.
+func (l *loop) replayed(key replayKey) bool {
+	if key.commit <= l.replayUntil {
+		if l.dedup.seen(key) {
 			l.metrics.duplicatesSkipped.Inc()
-			return nil
+			return true
 		}
 	} else if l.replayUntil != 0 {
 		l.dedup.endReplay()
 		l.replayUntil = 0
+	}
+	return false
+}
+
+func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
+	if l.replayed(key) {
+		return nil
+	}
+	routed, err := l.router.Route(ins)
+	if err != nil {
+		return err
 	}
 	if routed.DeadLetter {
 		l.log.Warn("invalid outbox row routed to the dead-letter topic",
 			"event_id", routed.EventID, "lsn", ins.LSN.String(), "xid", ins.XID,
 			"topic", routed.Record.Topic, "reason", routed.Reason)
 	}
-	l.txn.Add(1)
 	m := &inflightRecord{
-		txn: l.txn, eventID: routed.EventID, lsn: ins.LSN, xid: ins.XID,
+		txn: l.txn, key: key, eventID: routed.EventID, lsn: ins.LSN, xid: ins.XID,
 		rel: ins.Relation, commitTime: ins.CommitTime, deadLetter: routed.DeadLetter,
 	}
-	l.dedup.remember(m.eventID)
-	l.produce(routed.Record, m)
+	rec, err := l.checkSize(routed.Record, m)
+	if err != nil {
+		return err
+	}
+	l.txn.Add(1)
+	l.dedup.remember(key)
+	l.produce(rec, m)
 	return nil
 }
 
-// handleMessage routes an outbox message (see message.go); messages with
-// other prefixes belong to other consumers of the WAL and are not walbox's.
-func (l *loop) handleMessage(m *decoder.Message) error {
+// handleMessage routes a transactional outbox message (see message.go);
+// messages with other prefixes belong to other consumers of the WAL and are
+// not walbox's.
+func (l *loop) handleMessage(m *decoder.Message, key replayKey) error {
 	if l.cfg.MessagePrefix == "" || m.Prefix != l.cfg.MessagePrefix {
 		return nil
 	}
-	if !m.Transactional || l.txn == nil {
-		// A non-transactional message is decoded as soon as it is written,
-		// outside any commit: there is no transaction end to confirm it at.
-		return fmt.Errorf("outbox message at %s with prefix %q is not transactional: emit it with pg_logical_emit_message(true, ...) inside the business transaction", m.LSN, m.Prefix)
+	if l.txn == nil {
+		// The decoder refuses a transactional message outside a
+		// transaction; this is a second line of defence.
+		return fmt.Errorf("transactional outbox message at %s (prefix %q) outside a transaction", m.LSN, m.Prefix)
 	}
 	ins, err := l.messages.messageInsert(m)
 	if err == nil {
-		return l.handleInsert(ins)
+		return l.handleInsert(ins, key)
 	}
 	if l.cfg.DeadLetterTopic == "" {
 		return fmt.Errorf("%w; fix the writer, or set --invalid-rows=dead-letter to divert such messages", err)
 	}
+	if l.replayed(key) {
+		return nil
+	}
 	l.log.Warn("malformed outbox message routed to the dead-letter topic", "lsn", m.LSN.String(), "xid", m.XID, "err", err)
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, err.Error())
+	im := &inflightRecord{txn: l.txn, key: key, lsn: m.LSN, xid: m.XID, prefix: m.Prefix, commitTime: m.CommitTime, deadLetter: true}
+	rec, err = l.checkSize(rec, im)
+	if err != nil {
+		return err
+	}
 	l.txn.Add(1)
-	l.produce(&kgo.Record{Topic: l.cfg.DeadLetterTopic, Value: m.Content, Headers: []kgo.RecordHeader{
-		{Key: router.HeaderError, Value: []byte(err.Error())},
-		{Key: router.HeaderTable, Value: []byte("pg_logical_emit_message." + m.Prefix)},
-		{Key: router.HeaderLSN, Value: []byte(m.LSN.String())},
-		{Key: router.HeaderXID, Value: []byte(strconv.FormatUint(uint64(m.XID), 10))},
-	}}, &inflightRecord{txn: l.txn, lsn: m.LSN, xid: m.XID, prefix: m.Prefix, commitTime: m.CommitTime, deadLetter: true})
+	l.dedup.remember(key)
+	l.produce(rec, im)
+	return nil
+}
+
+// handleNonTransactional handles a message written with
+// pg_logical_emit_message(false, ...). The server decodes it as soon as it
+// is written, outside any commit, and sends it at once: it is not part of
+// the business transaction and may describe work that was rolled back, so
+// it is not an event. Stopping on it would stop walbox for good (the same
+// position fails on every start), so it is dead-lettered when a dead-letter
+// topic is set and skipped otherwise, with a metric and a warning either way.
+//
+// Confirming around it: a skipped message needs nothing, as later commits
+// and keepalives confirm past it. A dead-lettered one gets a transaction of
+// its own in the tracker that ends at the message's LSN (the end of its WAL
+// record): nothing after it is confirmed before Kafka acknowledges it, and
+// a restart from that position skips it (the server sends a
+// non-transactional message only if its record starts at or after the start
+// position) while still sending a transaction whose commit record starts
+// there.
+func (l *loop) handleNonTransactional(m *decoder.Message) error {
+	if l.cfg.MessagePrefix == "" || m.Prefix != l.cfg.MessagePrefix {
+		return nil
+	}
+	key := replayKey{commit: m.LSN, ord: nonTransactional}
+	l.lastCommit = max(l.lastCommit, m.LSN)
+	if l.replayed(key) {
+		return nil
+	}
+	const advice = "emit outbox messages with pg_logical_emit_message(true, ...) inside the business transaction, and revoke EXECUTE on pg_logical_emit_message from roles that are not writers"
+	if l.cfg.DeadLetterTopic == "" {
+		l.metrics.nonTransactionalSkipped.Inc()
+		l.log.Warn("skipped a non-transactional outbox message: it is not part of any transaction, so it is not an event; set a dead-letter topic to keep such messages",
+			"lsn", m.LSN.String(), "prefix", m.Prefix, "advice", advice)
+		return nil
+	}
+	reason := fmt.Sprintf("outbox message at %s with prefix %q is not transactional: %s", m.LSN, m.Prefix, advice)
+	l.log.Warn("non-transactional outbox message routed to the dead-letter topic",
+		"lsn", m.LSN.String(), "prefix", m.Prefix, "dead_letter_topic", l.cfg.DeadLetterTopic)
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, reason)
+	txn := l.txn
+	standalone := txn == nil
+	if standalone {
+		txn = l.tracker.Begin()
+	}
+	im := &inflightRecord{txn: txn, key: key, lsn: m.LSN, prefix: m.Prefix, commitTime: time.Now(), deadLetter: true}
+	rec, err := l.checkSize(rec, im)
+	if err != nil {
+		if standalone {
+			l.tracker.Abandon()
+		}
+		return err
+	}
+	txn.Add(1)
+	if standalone {
+		l.tracker.Commit(txn, m.LSN)
+	}
+	l.dedup.remember(key)
+	l.produce(rec, im)
 	return nil
 }
 
@@ -330,6 +435,7 @@ func (l *loop) handleMessage(m *decoder.Message) error {
 type inflightRecord struct {
 	context.Context
 	txn        *checkpoint.Txn
+	key        replayKey
 	eventID    string
 	lsn        pglogrepl.LSN
 	xid        uint32
@@ -348,7 +454,12 @@ func (m *inflightRecord) table() string {
 	if m.rel != nil {
 		return m.rel.QualifiedName()
 	}
-	return "pg_logical_emit_message." + m.prefix
+	return router.MessageTable(m.prefix)
+}
+
+// origin names where the record came from, for dead-letter headers.
+func (m *inflightRecord) origin() router.Origin {
+	return router.Origin{Table: m.table(), LSN: m.lsn, XID: m.xid}
 }
 
 // produce hands rec to the producer. Only the loop calls it, after checking
@@ -415,7 +526,9 @@ func (l *loop) recordTooLarge(rec *kgo.Record) bool {
 // produceRerouted sends records Kafka refused to the dead-letter topic.
 func (l *loop) produceRerouted() {
 	for _, r := range l.reroute.take() {
-		dl := deadLetterRecord(r.rec, r.m, l.cfg.DeadLetterTopic)
+		dl := router.RefusedRecord(r.rec, r.m.origin(), l.cfg.DeadLetterTopic,
+			fmt.Sprintf("kafka refused the record for topic %q (%d bytes): %v", r.rec.Topic, len(r.rec.Value), r.m.rejected),
+			tooLarge(r.m.rejected))
 		r.m.deadLetter = true
 		l.log.Warn("kafka refused an outbox record; routed to the dead-letter topic",
 			"event_id", r.m.eventID, "lsn", r.m.lsn.String(), "xid", r.m.xid, "topic", r.rec.Topic,
@@ -447,8 +560,12 @@ func (l *loop) sendStatus(ctx context.Context) error {
 		WALApplyPosition: lsn,
 		ClientTime:       time.Now(),
 		// Ask for a keepalive when the server has been quiet, so a live
-		// connection always answers within ReceiveTimeout.
-		ReplyRequested: time.Since(l.lastReceive) > l.cfg.ReceiveTimeout/2,
+		// connection always answers within the receive timeout. While it
+		// decodes a large transaction the server reads replies only every
+		// wal_sender_timeout/2, so the request must already be waiting
+		// then: a quarter of the timeout (at least wal_sender_timeout)
+		// leaves the answer a quarter of it to spare.
+		ReplyRequested: time.Since(l.lastReceive) > l.receiveTimeout/4,
 	})
 	if err != nil {
 		return &connectionLostError{err: fmt.Errorf("send standby status update at %s: %w", lsn, err)}
