@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -93,6 +94,8 @@ var options = []*option{
 		help:    "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog",
 		value:   stringValue("NAME", func(c *Config) *string { return &c.Table }),
 		slotctl: func(c *Config, s *slotctl.Config) { s.Table = c.Table },
+		// The relay routes only the outbox table's inserts.
+		pipeline: func(c *Config, p *pipeline.Config) { p.Tables = []string{cmp.Or(c.Table, slotctl.DefaultTable)} },
 	},
 	{
 		flag: "publication", env: "WALBOX_PUBLICATION", yaml: "publication", group: groupPostgres,

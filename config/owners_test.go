@@ -164,3 +164,19 @@ func TestDefaultsComeFromOwners(t *testing.T) {
 		t.Errorf("slotctl names %+v differ from slotctl's defaults %+v", s, s.WithDefaults())
 	}
 }
+
+// TestPipelineRoutesOnlyTheTable: walbox run hands the relay the outbox
+// table, so inserts into other tables of the publication are not routed
+// (issue 7, item 8); an empty --table means the default table.
+func TestPipelineRoutesOnlyTheTable(t *testing.T) {
+	for _, tt := range []struct{ table, want string }{
+		{"app.events", "app.events"},
+		{"", "public.outbox"},
+	} {
+		c := Defaults()
+		c.Table = tt.table
+		if got := c.PipelineConfig().Tables; len(got) != 1 || got[0] != tt.want {
+			t.Errorf("Table %q: PipelineConfig().Tables = %q, want [%q]", tt.table, got, tt.want)
+		}
+	}
+}

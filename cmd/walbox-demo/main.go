@@ -135,7 +135,8 @@ func run(ctx context.Context, orders int, verbose bool, out io.Writer) error {
 		return err
 	}
 	relay, err := pipeline.New(pipeline.Config{
-		ConnString: pg.DSN("postgres"), Slot: "walbox", Publication: "walbox", StatusInterval: 200 * time.Millisecond,
+		ConnString: pg.DSN("postgres"), Slot: "walbox", Publication: "walbox", Tables: []string{"public.outbox"},
+		StatusInterval: 200 * time.Millisecond,
 	}, acks, rt, prometheus.NewRegistry(), log)
 	if err != nil {
 		return err

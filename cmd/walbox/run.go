@@ -52,35 +52,27 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}
 
 	batchMax := effectiveBatchMax(ctx, cfg, log)
+	// Each topic's max.message.bytes, looked up when the topic is first
+	// seen: the relay refuses an oversized record before producing it, in
+	// stream order, and batches stay within the topic's limit.
+	limits := pipeline.NewKafkaTopicLimits()
 	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{
 		Brokers:            cfg.KafkaBrokers,
 		ClientID:           cfg.ClientID,
 		Linger:             cfg.ProducerLinger,
 		BatchMaxBytes:      batchMax,
 		MaxBufferedRecords: cfg.MaxInflightRecords + 1,
+		TopicLimits:        limits,
 	}, log, reg)
 	if err != nil {
 		return err
 	}
 	defer kcl.Close()
 
-	relay, err := pipeline.New(pipeline.Config{
-		ConnString:         cfg.PGDSN,
-		Slot:               cfg.Slot,
-		Publication:        cfg.Publication,
-		StatusInterval:     cfg.StatusInterval,
-		ReceiveTimeout:     cfg.PGReceiveTimeout,
-		ShutdownTimeout:    cfg.ShutdownTimeout,
-		DedupWindow:        cfg.DedupWindow,
-		MaxInflightRecords: cfg.MaxInflightRecords,
-		MaxInflightBytes:   cfg.MaxInflightBytes,
-		BackoffMin:         cfg.ReconnectBackoffMin,
-		BackoffMax:         cfg.ReconnectBackoffMax,
-		DeadLetterTopic:    deadLetterTopic(cfg),
-		SlotBusyTimeout:    cfg.SlotBusyTimeout,
-		MessagePrefix:      cfg.MessagePrefix,
-		MaxBatchBytes:      batchMax,
-	}, kcl, rt, reg, log)
+	pcfg := cfg.PipelineConfig()
+	pcfg.MaxBatchBytes = batchMax
+	pcfg.TopicLimits = limits
+	relay, err := pipeline.New(pcfg, kcl, rt, reg, log)
 	if err != nil {
 		return err
 	}
@@ -154,15 +146,6 @@ func effectiveBatchMax(ctx context.Context, cfg config.Config, log *slog.Logger)
 		return limit
 	}
 	return cfg.ProducerBatchMaxBytes
-}
-
-// deadLetterTopic is where records Kafka refuses go: only under the
-// dead-letter policy; under fail, a refusal stops walbox.
-func deadLetterTopic(cfg config.Config) string {
-	if cfg.InvalidRows == config.InvalidRowsDeadLetter {
-		return cfg.DeadLetterTopic
-	}
-	return ""
 }
 
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {
