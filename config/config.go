@@ -76,7 +76,7 @@ type Config struct {
 	// Postgres; > 0. Default 1s.
 	StatusInterval time.Duration
 	// PGReceiveTimeout is how long the replication connection may stay
-	// silent before walbox asks the server for a reply (at half of it) and
+	// silent before walbox asks the server for a reply (at a quarter of it) and
 	// then gives the connection up as dead and reconnects.
 	PGReceiveTimeout time.Duration
 	// SlotBusyTimeout is how long walbox waits for a slot another process

@@ -120,7 +120,7 @@ var options = []*option{
 	},
 	{
 		flag: "pg-receive-timeout", env: "WALBOX_PG_RECEIVE_TIMEOUT", yaml: "pg_receive_timeout", group: groupPostgres,
-		help: "A replication connection silent this long is taken as dead and reopened (a reply is requested at half of it), like wal_receiver_timeout; " +
+		help: "A replication connection silent this long is taken as dead and reopened (a reply is requested at a quarter of it), like wal_receiver_timeout; " +
 			"a smaller value is raised to the server's wal_sender_timeout, because the server may stay silent that long while it decodes a large transaction of other tables",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.PGReceiveTimeout }),
 		check:    func(c *Config) error { return checkPositive(c.PGReceiveTimeout) },
