@@ -27,10 +27,10 @@ type generator struct {
 	// size is the payload's target size; beyond payloadSize the padding
 	// is random hex, so that neither TOAST nor the producer's compression
 	// makes a large payload small.
-	size       int
-	aggIDs     []string
-	types      []string
-	evTypes    []string
+	size    int
+	aggIDs  []string
+	types   []string
+	evTypes []string
 }
 
 func newGenerator(seed uint64, aggregates int) *generator {

@@ -182,8 +182,8 @@ type SteadyRun struct {
 	// OtherCPUPct is as in DrainRun, over the measured writing.
 	OtherCPUPct float64 `json:"other_cpu_pct"`
 	// PeakRSSBytes is as in DrainRun, read after the last event arrived.
-	PeakRSSBytes int64 `json:"peak_rss_bytes,omitempty"`
-	Error       string  `json:"error,omitempty"`
+	PeakRSSBytes int64  `json:"peak_rss_bytes,omitempty"`
+	Error        string `json:"error,omitempty"`
 
 	latencies []time.Duration
 }

@@ -49,7 +49,7 @@ type Config struct {
 	LargePayloadTxn   int
 	LargePayloadBytes int
 
-	OutDir     string
+	OutDir string
 	// CPUProfile is the file for a CPU profile of walbox during the backlog
 	// drain; it adds a run of walbox in this process (walboxRelay) to the
 	// backlog and steady scenarios, since the process runs cannot be profiled.
