@@ -99,7 +99,7 @@ type Config struct {
 	// > 0. Default 10000.
 	MaxInflightRecords int
 	// MaxInflightBytes bounds the bytes of those records; at least
-	// ProducerBatchMaxBytes. Default 64 MiB.
+	// ProducerBatchMaxBytes. Default 16 MiB.
 	MaxInflightBytes int64
 	// ProducerLinger is passed to kgo.ProducerLinger: how long a partition's
 	// batch waits for more records. Default 5ms: fuller batches kept the
@@ -149,7 +149,7 @@ func Defaults() Config {
 		ShutdownTimeout:       30 * time.Second,
 		DedupWindow:           100_000,
 		MaxInflightRecords:    10_000,
-		MaxInflightBytes:      64 << 20,
+		MaxInflightBytes:      16 << 20,
 		ProducerLinger:        5 * time.Millisecond,
 		ProducerBatchMaxBytes: 1_000_012,
 		ReconnectBackoffMin:   500 * time.Millisecond,

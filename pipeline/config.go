@@ -29,7 +29,7 @@ type Config struct {
 	// what Postgres re-sends after a reconnect; 0 disables it.
 	DedupWindow int
 	// MaxInflightRecords and MaxInflightBytes bound unacknowledged records
-	// (10000, 64 MiB).
+	// (10000, 16 MiB).
 	MaxInflightRecords int
 	MaxInflightBytes   int64
 	// BackoffMin and BackoffMax bound the reconnect delay (500ms, 30s).
@@ -63,7 +63,7 @@ func DefaultConfig() Config {
 		ReceiveTimeout:     30 * time.Second,
 		ShutdownTimeout:    30 * time.Second,
 		MaxInflightRecords: 10000,
-		MaxInflightBytes:   64 << 20,
+		MaxInflightBytes:   16 << 20,
 		MaxBatchBytes:      1000012, // franz-go's default
 		SlotBusyTimeout:    2 * time.Minute,
 		BackoffMin:         500 * time.Millisecond,
