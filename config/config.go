@@ -96,10 +96,10 @@ type Config struct {
 	// duplicates after a reconnect; 0 disables. Default 100000.
 	DedupWindow int
 	// MaxInflightRecords bounds records produced but not yet acknowledged;
-	// > 0. Default 10000.
+	// > 0. Default 5000.
 	MaxInflightRecords int
 	// MaxInflightBytes bounds the bytes of those records; at least
-	// ProducerBatchMaxBytes. Default 16 MiB.
+	// ProducerBatchMaxBytes. Default 8 MiB.
 	MaxInflightBytes int64
 	// ProducerLinger is passed to kgo.ProducerLinger: how long a partition's
 	// batch waits for more records. Default 5ms: fuller batches kept the
@@ -148,8 +148,8 @@ func Defaults() Config {
 		SlotBusyTimeout:       2 * time.Minute,
 		ShutdownTimeout:       30 * time.Second,
 		DedupWindow:           100_000,
-		MaxInflightRecords:    10_000,
-		MaxInflightBytes:      16 << 20,
+		MaxInflightRecords:    5_000,
+		MaxInflightBytes:      8 << 20,
 		ProducerLinger:        5 * time.Millisecond,
 		ProducerBatchMaxBytes: 1_000_012,
 		ReconnectBackoffMin:   500 * time.Millisecond,
