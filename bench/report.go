@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -109,7 +110,11 @@ func PrintTable(w io.Writer, res *Results) {
 	}
 
 	if len(res.PeakRSS) > 0 {
-		fmt.Fprintf(w, "\nwalbox peak RSS (VmHWM), every walbox process run, default settings; target < %d MiB:\n", rssTargetMiB)
+		settings := "default settings"
+		if extra := append(slices.Clone(res.Settings.WalboxArgs), res.Settings.WalboxEnv...); len(extra) > 0 {
+			settings = "NOT the defaults: " + strings.Join(extra, " ")
+		}
+		fmt.Fprintf(w, "\nwalbox peak RSS (VmHWM), every walbox process run, %s; target < %d MiB:\n", settings, rssTargetMiB)
 		tw := tab(w)
 		for _, f := range res.PeakRSS {
 			verdict := "met"

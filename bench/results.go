@@ -64,6 +64,10 @@ type Settings struct {
 	StatusIntervalMs  int64             `json:"status_interval_ms"`
 	WalboxLingerMs    float64           `json:"walbox_producer_linger_ms"`
 	PostgresOverrides map[string]string `json:"postgres_overrides"`
+	// WalboxArgs and WalboxEnv are what every walbox run got beyond its
+	// defaults (--walbox-args, --walbox-env); empty measures the defaults.
+	WalboxArgs []string `json:"walbox_args,omitempty"`
+	WalboxEnv  []string `json:"walbox_env,omitempty"`
 }
 
 // DBCost is what a relay cost the database during a run.

@@ -142,6 +142,7 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 			SteadyTxnRows: [2]int{1, 10}, LargeTxnRows: c.LargeTxn, PollBatches: c.PollBatches,
 			StatusIntervalMs: statusInterval.Milliseconds(), PostgresOverrides: pgSettings,
 			WalboxLingerMs: float64(c.WalboxLinger) / float64(time.Millisecond),
+			WalboxArgs:     r.env.WalboxArgs, WalboxEnv: r.env.WalboxEnv,
 		},
 	}
 	if err := r.env.PrepareSchema(ctx); err != nil {
