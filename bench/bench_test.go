@@ -1,7 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +149,69 @@ func TestCompareRatios(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+// TestPlotLatencyWritesSVG checks the plot drawn without a plotting
+// library: well-formed XML naming every relay.
+func TestPlotLatencyWritesSVG(t *testing.T) {
+	var lat []time.Duration
+	for i := range 1000 {
+		lat = append(lat, time.Duration(i+1)*50*time.Microsecond)
+	}
+	res := &Results{Steady: &SteadyResult{TargetRate: 5000, Runs: []SteadyRun{
+		{Relay: "walbox", latencies: lat},
+		{Relay: "poll-100 <&>", latencies: lat},
+	}}}
+	path := filepath.Join(t.TempDir(), "latency.svg")
+	ok, err := PlotLatency(path, res)
+	if err != nil || !ok {
+		t.Fatalf("PlotLatency = %v, %v; want true, nil", ok, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(b))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("latency.svg is not well-formed XML: %v", err)
+		}
+	}
+	for _, want := range []string{"walbox (p50", "poll-100 &lt;&amp;&gt;", "<polyline"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("latency.svg lacks %q", want)
+		}
+	}
+}
+
+// TestPeakRSSOfEveryWalboxRun checks that the summary lists every walbox
+// process run, largest first, and that the table flags one above 64 MiB.
+// Before, only the large transaction's walbox run had a peak RSS.
+func TestPeakRSSOfEveryWalboxRun(t *testing.T) {
+	res := &Results{
+		Backlog:  &BacklogResult{Events: 1000, Runs: []DrainRun{{Relay: "walbox", Events: 1000, PeakRSSBytes: 40 << 20}, {Relay: "ceiling", Events: 1000}}},
+		Steady:   &SteadyResult{TargetRate: 5000, Runs: []SteadyRun{{Relay: "walbox", PeakRSSBytes: 30 << 20}}},
+		LargeTxn: &LargeTxnResult{Runs: []DrainRun{{Relay: "walbox", Events: 10, PeakRSSBytes: 50 << 20}}},
+		Payload:  &PayloadResult{Rows: 5, PayloadBytes: 990000, Runs: []DrainRun{{Relay: "walbox", Events: 5, PeakRSSBytes: 70 << 20}}},
+	}
+	res.PeakRSS = peakRSSSummary(res)
+	var got []int64
+	for _, f := range res.PeakRSS {
+		got = append(got, f.Bytes>>20)
+	}
+	if want := []int64{70, 50, 40, 30}; !slices.Equal(got, want) {
+		t.Fatalf("peak RSS summary = %v MiB, want %v", got, want)
+	}
+	var b bytes.Buffer
+	PrintTable(&b, res)
+	table := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{"large payloads, 5 rows of 990,000 bytes 70.0 MiB ABOVE TARGET", "steady load, 5,000 events/s 30.0 MiB met"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
 }

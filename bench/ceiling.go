@@ -66,7 +66,7 @@ func (c *ceilingRelay) Start(ctx context.Context) error {
 		kgo.SeedBrokers(c.env.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerBatchMaxBytes(walboxBatchMaxSize),
+		kgo.ProducerBatchMaxBytes(int32(walboxBatchMaxSize)),
 		kgo.MaxBufferedRecords(walboxMaxInflight),
 		kgo.WithLogger(kslog.New(c.log.With("relay", "ceiling"))),
 	)

@@ -67,6 +67,11 @@ type Env struct {
 	BrokerKind string // "kafka <version> (internal/kafkatest)" or "kfake (in-process)"
 	// PGVersion is the server's version string.
 	PGVersion string
+	// WalboxArgs are extra arguments of every walbox process run, and
+	// WalboxEnv extra KEY=VALUE environment entries (WALBOX_*, GOMEMLIMIT
+	// and GOGC are not passed on from the benchmark's environment), to
+	// measure settings other than the defaults.
+	WalboxArgs, WalboxEnv []string
 
 	log     *slog.Logger
 	kafka   *kafkatest.Broker

@@ -50,12 +50,8 @@ func (r *Runner) largeTxn(ctx context.Context, bin string) {
 			if run.Error != "" {
 				r.fail(fmt.Sprintf("large %d %s", size, run.Relay), fmt.Errorf("%s", run.Error))
 			} else {
-				rss := ""
-				if run.PeakRSSBytes > 0 {
-					rss = fmt.Sprintf(", peak RSS %.1f MiB", float64(run.PeakRSSBytes)/(1<<20))
-				}
 				r.progress("large:   %-16s %8d rows drained in %6.2fs (%.0f events/s)%s (other processes: %.0f%% CPU)",
-					run.Relay, size, run.DrainSeconds, run.EventsPerSec, rss, run.OtherCPUPct)
+					run.Relay, size, run.DrainSeconds, run.EventsPerSec, rssNote(run.PeakRSSBytes), run.OtherCPUPct)
 			}
 			res.Runs = append(res.Runs, run)
 		}

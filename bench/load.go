@@ -24,13 +24,17 @@ var outboxColumns = []string{"id", "aggregate_type", "aggregate_id", "event_type
 type generator struct {
 	rng        *rand.Rand
 	aggregates int
-	aggIDs     []string
-	types      []string
-	evTypes    []string
+	// size is the payload's target size; beyond payloadSize the padding
+	// is random hex, so that neither TOAST nor the producer's compression
+	// makes a large payload small.
+	size    int
+	aggIDs  []string
+	types   []string
+	evTypes []string
 }
 
 func newGenerator(seed uint64, aggregates int) *generator {
-	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x0b0e)), aggregates: aggregates}
+	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x0b0e)), aggregates: aggregates, size: payloadSize}
 	for a := range aggregates {
 		typ := "order"
 		if a%2 == 1 {
@@ -76,7 +80,17 @@ func (g *generator) next(id int64, r *row) {
 	p = append(p, `,"price_cents":`...)
 	p = strconv.AppendInt(p, int64(g.rng.IntN(100_000)), 10)
 	p = append(p, `}],"note":"`...)
-	for len(p) < payloadSize-2 {
+	if g.size > payloadSize {
+		const hex = "0123456789abcdef"
+		for len(p) < g.size-2 {
+			v := g.rng.Uint64()
+			for i := 0; i < 16 && len(p) < g.size-2; i++ {
+				p = append(p, hex[v&15])
+				v >>= 4
+			}
+		}
+	}
+	for len(p) < g.size-2 {
 		p = append(p, 'x')
 	}
 	p = append(p, `"}`...)
@@ -133,6 +147,11 @@ type LoadResult struct {
 // index t holds ids firstID+t*txnSize onwards; with several connections the
 // commit order only roughly follows the ids.
 func (e *Env) Load(ctx context.Context, firstID int64, txns, txnSize, conns, aggregates int) (LoadResult, error) {
+	return e.LoadSized(ctx, firstID, txns, txnSize, conns, aggregates, payloadSize)
+}
+
+// LoadSized is Load with payloads of about payloadBytes bytes.
+func (e *Env) LoadSized(ctx context.Context, firstID int64, txns, txnSize, conns, aggregates, payloadBytes int) (LoadResult, error) {
 	start := time.Now()
 	var next atomic.Int64
 	var payload atomic.Int64
@@ -149,6 +168,7 @@ func (e *Env) Load(ctx context.Context, firstID int64, txns, txnSize, conns, agg
 			}
 			defer conn.Close(context.Background())
 			src := &copySource{g: newGenerator(uint64(firstID)+uint64(w), aggregates)}
+			src.g.size = max(payloadBytes, payloadSize)
 			for {
 				t := next.Add(1) - 1
 				if t >= int64(txns) || ctx.Err() != nil {

@@ -60,7 +60,7 @@ func (p *pollRelay) Start(ctx context.Context) error {
 		kgo.SeedBrokers(p.env.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerBatchMaxBytes(walboxBatchMaxSize),
+		kgo.ProducerBatchMaxBytes(int32(walboxBatchMaxSize)),
 		kgo.WithLogger(kslog.New(p.env.log.With("relay", p.Name()))),
 	)
 	if err != nil {

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -19,6 +21,11 @@ type Results struct {
 	Backlog  *BacklogResult  `json:"backlog,omitempty"`
 	Steady   *SteadyResult   `json:"steady,omitempty"`
 	LargeTxn *LargeTxnResult `json:"large_txn,omitempty"`
+	Payload  *PayloadResult  `json:"large_payload,omitempty"`
+
+	// PeakRSS is the peak RSS of every walbox process run, the largest
+	// first: walbox's memory target holds for each of them.
+	PeakRSS []RSSFigure `json:"walbox_peak_rss"`
 
 	// Comparisons are walbox's figures as ratios to the references.
 	Comparisons []Comparison `json:"comparisons"`
@@ -26,7 +33,7 @@ type Results struct {
 	// SteadyCPUProfile profiles this process during walbox's steady run
 	// (the writer and the consumer run in it too).
 	SteadyCPUProfile string   `json:"steady_cpu_profile,omitempty"`
-	LatencyPNG       string   `json:"latency_png,omitempty"`
+	LatencyPlot      string   `json:"latency_plot,omitempty"`
 	Errors           []string `json:"errors,omitempty"`
 	Notes            []string `json:"notes"`
 }
@@ -57,6 +64,10 @@ type Settings struct {
 	StatusIntervalMs  int64             `json:"status_interval_ms"`
 	WalboxLingerMs    float64           `json:"walbox_producer_linger_ms"`
 	PostgresOverrides map[string]string `json:"postgres_overrides"`
+	// WalboxArgs and WalboxEnv are what every walbox run got beyond its
+	// defaults (--walbox-args, --walbox-env); empty measures the defaults.
+	WalboxArgs []string `json:"walbox_args,omitempty"`
+	WalboxEnv  []string `json:"walbox_env,omitempty"`
 }
 
 // DBCost is what a relay cost the database during a run.
@@ -174,7 +185,9 @@ type SteadyRun struct {
 	P99PerSecondMs []float64 `json:"p99_per_second_ms,omitempty"`
 	// OtherCPUPct is as in DrainRun, over the measured writing.
 	OtherCPUPct float64 `json:"other_cpu_pct"`
-	Error       string  `json:"error,omitempty"`
+	// PeakRSSBytes is as in DrainRun, read after the last event arrived.
+	PeakRSSBytes int64  `json:"peak_rss_bytes,omitempty"`
+	Error        string `json:"error,omitempty"`
 
 	latencies []time.Duration
 }
@@ -235,4 +248,52 @@ type Comparison struct {
 	Ratio float64 `json:"ratio"`
 	// Better says which direction of Ratio favours walbox.
 	Better string `json:"better"`
+}
+
+// PayloadResult is the large-payload scenario.
+type PayloadResult struct {
+	Rows         int        `json:"rows"`
+	TxnSize      int        `json:"txn_size"`
+	PayloadBytes int        `json:"payload_bytes"`
+	LoadSeconds  float64    `json:"load_seconds"`
+	Runs         []DrainRun `json:"runs"`
+}
+
+// RSSFigure is the peak RSS of one walbox process run.
+type RSSFigure struct {
+	Run   string `json:"run"`
+	Bytes int64  `json:"bytes"`
+}
+
+// peakRSSSummary lists the peak RSS of every walbox process run in res,
+// the largest first.
+func peakRSSSummary(res *Results) []RSSFigure {
+	var out []RSSFigure
+	add := func(run string, b int64) {
+		if b > 0 {
+			out = append(out, RSSFigure{Run: run, Bytes: b})
+		}
+	}
+	if b := res.Backlog; b != nil {
+		for _, r := range b.Runs {
+			add(fmt.Sprintf("backlog drain, %s events", thousands(r.Events)), r.PeakRSSBytes)
+		}
+	}
+	if s := res.Steady; s != nil {
+		for _, r := range s.Runs {
+			add(fmt.Sprintf("steady load, %s events/s", thousands(s.TargetRate)), r.PeakRSSBytes)
+		}
+	}
+	if l := res.LargeTxn; l != nil {
+		for _, r := range l.Runs {
+			add(fmt.Sprintf("large transaction, %s rows", thousands(r.Events)), r.PeakRSSBytes)
+		}
+	}
+	if p := res.Payload; p != nil {
+		for _, r := range p.Runs {
+			add(fmt.Sprintf("large payloads, %s rows of %s bytes", thousands(r.Events), thousands(p.PayloadBytes)), r.PeakRSSBytes)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RSSFigure) int { return cmp.Compare(b.Bytes, a.Bytes) })
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"time"
@@ -37,11 +38,22 @@ type Config struct {
 	// PollBatches are the polling relay's batch sizes.
 	PollBatches []int
 
-	// Scenarios to run: "backlog", "steady", "large"; empty means all.
+	// Scenarios to run: "backlog", "steady", "large", "payload"; empty
+	// means all.
 	Scenarios []string
 
-	OutDir     string
-	CPUProfile string // file for walbox's CPU profile during the backlog drain
+	// LargePayloadRows is the row count of the large-payload scenario,
+	// written in transactions of LargePayloadTxn rows with payloads of
+	// LargePayloadBytes.
+	LargePayloadRows  int
+	LargePayloadTxn   int
+	LargePayloadBytes int
+
+	OutDir string
+	// CPUProfile is the file for a CPU profile of walbox during the backlog
+	// drain; it adds a run of walbox in this process (walboxRelay) to the
+	// backlog and steady scenarios, since the process runs cannot be profiled.
+	CPUProfile string
 	WalboxBin  string // prebuilt walbox binary; empty builds ./cmd/walbox
 	// WalboxLinger is walbox's --producer-linger.
 	WalboxLinger time.Duration
@@ -73,7 +85,8 @@ type Runner struct {
 	env    *Env
 	res    *Results
 	nextID int64
-	run    int // run counter, for unique topic names
+	run    int    // run counter, for unique topic names
+	bin    string // the walbox binary
 }
 
 // NewRunner returns a runner for cfg on env.
@@ -129,33 +142,40 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 			SteadyTxnRows: [2]int{1, 10}, LargeTxnRows: c.LargeTxn, PollBatches: c.PollBatches,
 			StatusIntervalMs: statusInterval.Milliseconds(), PostgresOverrides: pgSettings,
 			WalboxLingerMs: float64(c.WalboxLinger) / float64(time.Millisecond),
+			WalboxArgs:     r.env.WalboxArgs, WalboxEnv: r.env.WalboxEnv,
 		},
 	}
 	if err := r.env.PrepareSchema(ctx); err != nil {
 		return nil, err
 	}
-	// Build walbox first, so a build failure shows at once.
-	bin, buildErr := c.WalboxBin, error(nil)
-	if c.wants("large") && bin == "" {
+	// Every scenario runs walbox as its own process, for its peak RSS.
+	// Build it first, so a build failure shows at once.
+	bin := c.WalboxBin
+	if bin == "" {
 		dir, err := os.MkdirTemp("", "walbox-bench-bin-")
 		if err != nil {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		r.progress("building ./cmd/walbox for the large-transaction scenario")
-		if bin, buildErr = BuildWalbox(ctx, dir); buildErr != nil {
-			r.fail("large", buildErr)
+		r.progress("building ./cmd/walbox")
+		if bin, err = BuildWalbox(ctx, dir); err != nil {
+			return nil, err
 		}
 	}
+	r.bin = bin
 	if c.wants("backlog") {
 		r.backlog(ctx)
 	}
 	if c.wants("steady") && ctx.Err() == nil {
 		r.steady(ctx)
 	}
-	if c.wants("large") && ctx.Err() == nil && buildErr == nil {
+	if c.wants("large") && ctx.Err() == nil {
 		r.largeTxn(ctx, bin)
 	}
+	if c.wants("payload") && ctx.Err() == nil {
+		r.largePayload(ctx)
+	}
+	r.res.PeakRSS = peakRSSSummary(r.res)
 	r.res.Comparisons = compare(r.res)
 	r.res.Notes = notes(r.res)
 	r.res.DurationSeconds = time.Since(r.res.Started).Seconds()
@@ -214,7 +234,7 @@ func (r *Runner) drain(ctx context.Context, rel Relay, n int, target pglogrepl.L
 		run.CPUSeconds = (selfCPU() - cpu0).Seconds()
 	}
 	if wp, ok := rel.(*walboxProc); ok && err == nil {
-		if rss, e := peakRSS(wp.PID()); e == nil {
+		if rss, e := wp.PeakRSS(); e == nil {
 			run.PeakRSSBytes = rss
 		} else {
 			err = e
@@ -352,15 +372,19 @@ func (r *Runner) backlog(ctx context.Context) {
 		if run.Inflight != nil {
 			extra = fmt.Sprintf(" (in flight: mean %.0f of %d, at the limit %.0f%% of the time)", run.Inflight.Mean, run.Inflight.Limit, run.Inflight.AtLimitPct)
 		}
-		r.progress("backlog: %-10s drained in %6.2fs: %8.0f events/s, %6.1f MB/s%s (other processes: %.0f%% CPU)",
-			run.Relay, run.DrainSeconds, run.EventsPerSec, run.MBPerSec, extra, run.OtherCPUPct)
+		r.progress("backlog: %-10s drained in %6.2fs: %8.0f events/s, %6.1f MB/s%s%s (other processes: %.0f%% CPU)",
+			run.Relay, run.DrainSeconds, run.EventsPerSec, run.MBPerSec, rssNote(run.PeakRSSBytes), extra, run.OtherCPUPct)
 	}
 
 	if err := r.env.ResetOutbox(ctx); err != nil {
 		r.fail("backlog", err)
 		return
 	}
-	for _, slot := range []string{"bench_walbox", "bench_ceiling"} {
+	slots := []string{"bench_walbox", "bench_ceiling"}
+	if c.CPUProfile != "" {
+		slots = append(slots, "bench_walbox_inproc")
+	}
+	for _, slot := range slots {
 		if _, err := r.env.CreateSlot(ctx, slot); err != nil {
 			r.fail("backlog", err)
 			return
@@ -371,8 +395,12 @@ func (r *Runner) backlog(ctx context.Context) {
 		return
 	}
 
-	onStart, onDone := r.profiler(c.CPUProfile, &r.res.CPUProfile)
-	record(r.drain(ctx, r.env.NewWalbox("bench_walbox", r.prefix("backlog", "walbox"), c.WalboxLinger, r.cfg.Log), n, target, res.PayloadBytes, 0, onStart, onDone))
+	logPath := filepath.Join(c.OutDir, "walbox-backlog.log")
+	record(r.drain(ctx, r.env.NewWalboxProcess(r.bin, "bench_walbox", r.prefix("backlog", "walbox"), c.WalboxLinger, logPath), n, target, res.PayloadBytes, 0, nil, nil))
+	if c.CPUProfile != "" {
+		onStart, onDone := r.profiler(c.CPUProfile, &r.res.CPUProfile)
+		record(r.drain(ctx, r.env.NewWalbox("bench_walbox_inproc", r.prefix("backlog", "walbox-inproc"), c.WalboxLinger, r.cfg.Log), n, target, res.PayloadBytes, 0, onStart, onDone))
+	}
 	record(r.drain(ctx, r.env.NewCeiling("bench_ceiling", r.prefix("backlog", "ceiling")), n, target, res.PayloadBytes, 0, nil, nil))
 	for i, b := range c.PollBatches {
 		if ctx.Err() != nil {
@@ -421,3 +449,13 @@ func (r *Runner) profiler(path string, dst *string) (start func() error, stop fu
 	}
 	return start, stop
 }
+
+// rssNote is ", peak RSS x MiB" for a run that measured it, else "".
+func rssNote(b int64) string {
+	if b <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", peak RSS %.1f MiB", mib(b))
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -35,8 +36,13 @@ func (r *Runner) steady(ctx context.Context) {
 
 	relays := []func() Relay{
 		func() Relay {
-			return r.env.NewWalbox("bench_walbox", r.prefix("steady", "walbox"), c.WalboxLinger, r.cfg.Log)
+			return r.env.NewWalboxProcess(r.bin, "bench_walbox", r.prefix("steady", "walbox"), c.WalboxLinger, filepath.Join(c.OutDir, "walbox-steady.log"))
 		},
+	}
+	if c.CPUProfile != "" {
+		relays = append(relays, func() Relay {
+			return r.env.NewWalbox("bench_walbox_inproc", r.prefix("steady", "walbox-inproc"), c.WalboxLinger, r.cfg.Log)
+		})
 	}
 	if c.SteadyCeiling {
 		relays = append(relays, func() Relay { return r.env.NewCeiling("bench_ceiling", r.prefix("steady", "ceiling")) })
@@ -72,8 +78,8 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 			r.fail("steady "+run.Relay, errors.New(run.Error))
 			return
 		}
-		r.progress("steady:  %-18s %6d events at %5.0f/s: p50 %7.1f ms  p95 %7.1f ms  p99 %7.1f ms  max %7.1f ms  lost %d  (other processes: %.0f%% CPU)",
-			run.Relay, run.Events, run.AchievedRate, run.Latency.P50Ms, run.Latency.P95Ms, run.Latency.P99Ms, run.Latency.MaxMs, run.Lost, run.OtherCPUPct)
+		r.progress("steady:  %-18s %6d events at %5.0f/s: p50 %7.1f ms  p95 %7.1f ms  p99 %7.1f ms  max %7.1f ms  lost %d%s  (other processes: %.0f%% CPU)",
+			run.Relay, run.Events, run.AchievedRate, run.Latency.P50Ms, run.Latency.P95Ms, run.Latency.P99Ms, run.Latency.MaxMs, run.Lost, rssNote(run.PeakRSSBytes), run.OtherCPUPct)
 	}()
 	r.progress("steady:  %s, %d events/s for %s", rel.Name(), load.Rate, load.Duration)
 	if err := r.env.ResetOutbox(ctx); err != nil {
@@ -152,6 +158,10 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 	}
 	if err := rel.Err(); err != nil {
 		waitErr = errors.Join(waitErr, err)
+	}
+	if wp, ok := rel.(*walboxProc); ok && waitErr == nil {
+		rss, err := wp.PeakRSS()
+		run.PeakRSSBytes, waitErr = rss, err
 	}
 	stopErr := stop()
 	if topics := rel.Topics(); len(topics) > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
 )
@@ -51,7 +52,9 @@ const statusInterval = 250 * time.Millisecond
 
 // walboxRelay is walbox's pipeline run in this process, as cmd/walbox wires
 // it (same Kafka client, router and relay settings, defaults except the
-// status interval and the topic template).
+// status interval and the topic template). It runs only when a CPU profile
+// is asked for (--cpuprofile), next to the walbox process that the figures
+// come from: its memory cannot be told apart from the benchmark's.
 type walboxRelay struct {
 	env    *Env
 	slot   string
@@ -89,6 +92,7 @@ type InflightStats struct {
 
 // inflightStats returns the samples' summary.
 func (w *walboxRelay) inflightStats() *InflightStats {
+	limit := int64(walboxMaxInflight)
 	s := &InflightStats{Limit: walboxMaxInflight, Samples: len(w.samples)}
 	if len(w.samples) == 0 {
 		return s
@@ -97,7 +101,7 @@ func (w *walboxRelay) inflightStats() *InflightStats {
 	full := 0
 	for _, v := range w.samples {
 		sum += v
-		if v*100 >= walboxMaxInflight*95 {
+		if v*100 >= limit*95 {
 			full++
 		}
 	}
@@ -112,7 +116,11 @@ func (e *Env) NewWalbox(slot, prefix string, linger time.Duration, log *slog.Log
 	return &walboxRelay{env: e, slot: slot, prefix: prefix, linger: linger, log: log}
 }
 
-func (w *walboxRelay) Name() string       { return "walbox" }
+// walboxInProcessName is the relay name of the in-process walbox, run
+// only for a CPU profile (--cpuprofile); its memory is not walbox's alone.
+const walboxInProcessName = "walbox (in-process)"
+
+func (w *walboxRelay) Name() string       { return walboxInProcessName }
 func (w *walboxRelay) Slot() string       { return w.slot }
 func (w *walboxRelay) ConfirmsSlot() bool { return true }
 func (w *walboxRelay) Done() int64        { return w.acked.Load() }
@@ -129,11 +137,13 @@ func (w *walboxRelay) Err() error {
 
 // Defaults of cmd/walbox (config package) that the relay's own defaults do
 // not already give.
-const (
-	walboxMaxInflight  = 10000
-	walboxDedupWindow  = 100000
-	walboxBatchMaxSize = 1000012
+var (
+	walboxMaxInflight      = config.Defaults().MaxInflightRecords
+	walboxMaxInflightBytes = config.Defaults().MaxInflightBytes
+	walboxBatchMaxSize     = config.Defaults().ProducerBatchMaxBytes
 )
+
+const walboxDedupWindow = 100000
 
 func (w *walboxRelay) Start(ctx context.Context) error {
 	rt, err := router.New(router.Config{TopicTemplate: w.prefix + ".{aggregate_type}"})
@@ -159,6 +169,8 @@ func (w *walboxRelay) Start(ctx context.Context) error {
 		StatusInterval:     statusInterval,
 		DedupWindow:        walboxDedupWindow,
 		MaxInflightRecords: walboxMaxInflight,
+		MaxInflightBytes:   walboxMaxInflightBytes,
+		MaxBatchBytes:      walboxBatchMaxSize,
 	}, &countingProducer{Client: kcl, acked: &w.acked, produced: &w.produced}, rt, reg, w.log)
 	if err != nil {
 		kcl.Close()

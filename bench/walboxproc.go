@@ -29,10 +29,12 @@ func BuildWalbox(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
-// walboxProc is walbox run as its own process, so its memory can be read
-// from /proc. Only the process's own figures differ from walboxRelay; the
-// drain is detected from the slot, which walbox confirms only once Kafka
-// acknowledged everything before it.
+// walboxProc is walbox run as its own process with its default settings
+// (only the connection, slot, publication, topic template, status interval
+// and linger are given), so its peak RSS can be read from /proc. Every
+// scenario runs walbox this way; the in-process walboxRelay is added only
+// for a CPU profile. The drain is detected from the slot, which walbox
+// confirms only once Kafka acknowledged everything before it.
 type walboxProc struct {
 	env     *Env
 	bin     string
@@ -52,7 +54,11 @@ func (e *Env) NewWalboxProcess(bin, slot, prefix string, linger time.Duration, l
 	return &walboxProc{env: e, bin: bin, slot: slot, prefix: prefix, linger: linger, logPath: logPath}
 }
 
-func (w *walboxProc) Name() string       { return "walbox (process)" }
+// walboxName is the relay name of walbox run as its own process, the one
+// the comparisons use.
+const walboxName = "walbox"
+
+func (w *walboxProc) Name() string       { return walboxName }
 func (w *walboxProc) Slot() string       { return w.slot }
 func (w *walboxProc) ConfirmsSlot() bool { return true }
 func (w *walboxProc) Topics() []string {
@@ -93,12 +99,14 @@ func (w *walboxProc) Start(ctx context.Context) error {
 		"--metrics-addr", "127.0.0.1:0",
 		"--log-format", "text",
 	)
+	w.cmd.Args = append(w.cmd.Args, w.env.WalboxArgs...)
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WALBOX_") {
+		if !strings.HasPrefix(kv, "WALBOX_") && !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, w.env.WalboxEnv...)
 	w.cmd.Env = env
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	// The relay must not outlive the benchmark, whatever kills it.
@@ -113,6 +121,15 @@ func (w *walboxProc) Start(ctx context.Context) error {
 
 // PID is the process id.
 func (w *walboxProc) PID() int { return w.cmd.Process.Pid }
+
+// PeakRSS returns the process's peak resident set size so far (VmHWM), in
+// bytes. It must be called before Stop.
+func (w *walboxProc) PeakRSS() (int64, error) {
+	if w.cmd == nil {
+		return 0, errors.New("walbox is not running")
+	}
+	return peakRSS(w.PID())
+}
 
 func (w *walboxProc) Stop() error {
 	if w.cmd == nil {

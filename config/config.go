@@ -99,10 +99,10 @@ type Config struct {
 	// what Postgres re-sends after a reconnect; 0 disables. Default 100000.
 	DedupWindow int
 	// MaxInflightRecords bounds records produced but not yet acknowledged;
-	// > 0. Default 10000.
+	// > 0. Default 5000.
 	MaxInflightRecords int
 	// MaxInflightBytes bounds the bytes of those records; at least
-	// ProducerBatchMaxBytes. Default 64 MiB.
+	// ProducerBatchMaxBytes. Default 8 MiB.
 	MaxInflightBytes int64
 	// ProducerLinger is passed to kgo.ProducerLinger: how long a partition's
 	// batch waits for more records. Default 5ms: fuller batches kept the

@@ -115,7 +115,7 @@ func TestLoadPrecedence(t *testing.T) {
 		{name: "list IPv6", args: []string{"--kafka-brokers", "[::1]:9092"}, got: brokers, want: []string{"[::1]:9092"}},
 
 		// Sizes.
-		{name: "size default", got: inflightBytes, want: int64(64 << 20)},
+		{name: "size default", got: inflightBytes, want: int64(8 << 20)},
 		{name: "size plain bytes", args: []string{"--max-inflight-bytes", "2000000"}, got: inflightBytes, want: int64(2_000_000)},
 		{name: "size MiB", args: []string{"--max-inflight-bytes", "128MiB"}, got: inflightBytes, want: int64(128 << 20)},
 		{name: "size GiB with space", env: map[string]string{"WALBOX_MAX_INFLIGHT_BYTES": "1 GiB"}, got: inflightBytes, want: int64(1 << 30)},

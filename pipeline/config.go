@@ -37,7 +37,7 @@ type Config struct {
 	// skip what Postgres re-sends after a reconnect; 0 disables it.
 	DedupWindow int
 	// MaxInflightRecords and MaxInflightBytes bound unacknowledged records
-	// (10000, 64 MiB).
+	// (5000, 8 MiB).
 	MaxInflightRecords int
 	MaxInflightBytes   int64
 	// BackoffMin and BackoffMax bound the reconnect delay (500ms, 30s).
@@ -84,8 +84,8 @@ func DefaultConfig() Config {
 		StatusInterval:     time.Second,
 		ReceiveTimeout:     30 * time.Second,
 		ShutdownTimeout:    30 * time.Second,
-		MaxInflightRecords: 10000,
-		MaxInflightBytes:   64 << 20,
+		MaxInflightRecords: 5000,
+		MaxInflightBytes:   8 << 20,
 		MaxBatchBytes:      1000012, // franz-go's default
 		SlotBusyTimeout:    2 * time.Minute,
 		BackoffMin:         500 * time.Millisecond,

@@ -2,7 +2,7 @@
 // Kafka broker, next to the references it has to beat: a minimal
 // logical-replication consumer (the ceiling) and the polling relay teams run
 // today. It runs every scenario one after another, prints a table to stdout
-// and writes results.json and latency.png to --out. See package bench.
+// and writes results.json and latency.svg to --out. See package bench.
 //
 //	go run ./cmd/walbox-bench            # default run, under 10 minutes on 2 cores
 //	go run ./cmd/walbox-bench --quick    # about 2 minutes, for development
@@ -13,7 +13,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/walbox/walbox/config"
 	"io"
 	"log/slog"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/bench"
+	"github.com/walbox/walbox/config"
 )
 
 // Exit codes.
@@ -49,6 +49,8 @@ type options struct {
 	rate          int
 	duration      time.Duration
 	largeTxn      string
+	payloadRows   int
+	payloadBytes  int
 	pollBatches   string
 	scenarios     string
 	loadConns     int
@@ -57,14 +59,16 @@ type options struct {
 	cpuProfile    string
 	walboxBin     string
 	walboxLinger  time.Duration
+	walboxArgs    string
+	walboxEnv     string
 	pollLimit     time.Duration
 	verbose       bool
 }
 
 // Sizes of the default and the quick run.
 var (
-	defaults = options{events: 1_000_000, duration: 60 * time.Second, largeTxn: "250000,1000000"}
-	quick    = options{events: 50_000, duration: 10 * time.Second, largeTxn: "25000,100000"}
+	defaults = options{events: 1_000_000, duration: 60 * time.Second, largeTxn: "250000,1000000", payloadRows: bench.LargePayloadRows}
+	quick    = options{events: 50_000, duration: 10 * time.Second, largeTxn: "25000,100000", payloadRows: 50}
 )
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -75,17 +79,18 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, `Usage: go run ./cmd/walbox-bench [options]
 
 Runs walbox's benchmark against a throwaway Postgres and a broker: backlog
-drain, steady-load latency, large transaction, database cost, each next to a
-minimal pglogrepl consumer (the ceiling) and a polling relay. Prints a table
-to stdout, progress to stderr, and writes results.json and latency.png to
---out.
+drain, steady-load latency, large transaction, large payloads, database
+cost, each next to a minimal pglogrepl consumer (the ceiling) and a polling
+relay; walbox runs as its own process with default settings, and the peak
+RSS of every walbox run is reported. Prints a table to stdout, progress to
+stderr, and writes results.json and latency.svg to --out.
 
 Options:
 `)
 		fs.PrintDefaults()
 	}
-	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions")
-	fs.StringVar(&o.out, "out", "bench-results", "directory for results.json, latency.png and logs")
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions, 50 large payloads")
+	fs.StringVar(&o.out, "out", "bench-results", "directory for results.json, latency.svg and walbox's logs")
 	fs.StringVar(&o.broker, "broker", bench.BrokerAuto, "kfake, kafka (a real broker from internal/kafkatest) or auto (kafka when java and mvn are available)")
 	fs.IntVar(&o.events, "events", defaults.events, "backlog size in events (quick: 50,000)")
 	fs.IntVar(&o.txnSize, "txn-size", 100, "backlog rows per transaction")
@@ -93,14 +98,18 @@ Options:
 	fs.IntVar(&o.rate, "rate", 5000, "steady-load events per second")
 	fs.DurationVar(&o.duration, "duration", defaults.duration, "steady-load duration per relay (quick: 10s)")
 	fs.StringVar(&o.largeTxn, "large-txn", defaults.largeTxn, "comma-separated row counts of the large-transaction scenario (quick: 25000,100000)")
+	fs.IntVar(&o.payloadRows, "payload-rows", defaults.payloadRows, "rows of the large-payload scenario, in transactions of 10 (quick: 50)")
+	fs.IntVar(&o.payloadBytes, "payload-bytes", bench.LargePayloadBytes, "payload size of the large-payload scenario, in bytes")
 	fs.StringVar(&o.pollBatches, "poll-batches", "100,1000", "comma-separated batch sizes of the polling relay")
-	fs.StringVar(&o.scenarios, "scenarios", "backlog,steady,large", "comma-separated scenarios to run")
+	fs.StringVar(&o.scenarios, "scenarios", "backlog,steady,large,payload", "comma-separated scenarios to run")
 	fs.IntVar(&o.loadConns, "load-conns", 2, "connections writing the backlog in parallel")
 	fs.IntVar(&o.writerConns, "writer-conns", 4, "connections of the steady-load writer")
 	fs.BoolVar(&o.steadyCeiling, "steady-ceiling", true, "also run the ceiling under the steady load, for the p99 ratio the targets name (one more run of --duration; --steady-ceiling=false skips it)")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the walbox backlog drain (in-process relay) to this file, and one of the walbox steady run to the same name with -steady.pprof")
-	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary for the large-transaction scenario (default: go build ./cmd/walbox)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "also run walbox in this process for the backlog drain and the steady load, and write CPU profiles of those runs to this file and to the same name with -steady.pprof")
+	fs.StringVar(&o.walboxBin, "walbox-bin", "", "walbox binary every walbox run uses (default: go build ./cmd/walbox)")
 	fs.DurationVar(&o.walboxLinger, "walbox-linger", config.Defaults().ProducerLinger, "walbox's --producer-linger for every walbox run (default: walbox's own default)")
+	fs.StringVar(&o.walboxArgs, "walbox-args", "", "extra arguments of every walbox run, space-separated (e.g. \"--max-inflight-records 5000\"); the default measures walbox's defaults")
+	fs.StringVar(&o.walboxEnv, "walbox-env", "", "extra environment of every walbox run, comma-separated KEY=VALUE (e.g. GOMEMLIMIT=40MiB); GOMEMLIMIT, GOGC and WALBOX_* are not passed on from this process's environment")
 	fs.DurationVar(&o.pollLimit, "poll-drain-limit", time.Minute, "stop a polling relay's backlog drain after this long and report the rate so far (0: no limit)")
 	fs.BoolVar(&o.verbose, "v", false, "log the relays' and the harness's diagnostics to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -121,12 +130,15 @@ Options:
 		if !set["large-txn"] {
 			o.largeTxn = quick.largeTxn
 		}
+		if !set["payload-rows"] {
+			o.payloadRows = quick.payloadRows
+		}
 	}
 	switch {
 	case o.events < o.txnSize || o.txnSize < 1:
 		return o, fmt.Errorf("--events (%d) must be at least --txn-size (%d), which must be positive", o.events, o.txnSize)
-	case o.aggregates < 1, o.rate < 1, o.duration <= 0, o.loadConns < 1, o.writerConns < 1:
-		return o, errors.New("--aggregates, --rate, --duration, --load-conns and --writer-conns must be positive")
+	case o.aggregates < 1, o.rate < 1, o.duration <= 0, o.loadConns < 1, o.writerConns < 1, o.payloadRows < 1, o.payloadBytes < 1:
+		return o, errors.New("--aggregates, --rate, --duration, --load-conns, --writer-conns, --payload-rows and --payload-bytes must be positive")
 	}
 	return o, nil
 }
@@ -189,6 +201,12 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 	}
 	defer env.Close()
 	fmt.Fprintf(stderr, "walbox-bench: %s; broker %s\n", env.PGVersion, env.BrokerKind)
+	env.WalboxArgs = strings.Fields(o.walboxArgs)
+	for _, kv := range strings.Split(o.walboxEnv, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			env.WalboxEnv = append(env.WalboxEnv, kv)
+		}
+	}
 
 	var scenarios []string
 	for _, s := range strings.Split(o.scenarios, ",") {
@@ -200,6 +218,7 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 		Quick: o.quick, Events: o.events, TxnSize: o.txnSize, Aggregates: o.aggregates, LoadConns: o.loadConns,
 		Rate: o.rate, Duration: o.duration, WriterConns: o.writerConns, SteadyCeiling: o.steadyCeiling,
 		LargeTxn: large, PollBatches: polls, Scenarios: scenarios,
+		LargePayloadRows: o.payloadRows, LargePayloadBytes: o.payloadBytes,
 		OutDir: out, CPUProfile: o.cpuProfile, WalboxBin: o.walboxBin, WalboxLinger: o.walboxLinger, PollDrainLimit: o.pollLimit,
 		Log: log, Progress: stderr,
 	}, env)
@@ -208,10 +227,10 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
 		return exitFailed
 	}
-	if ok, perr := bench.PlotLatency(filepath.Join(out, "latency.png"), res); perr != nil {
+	if ok, perr := bench.PlotLatency(filepath.Join(out, "latency.svg"), res); perr != nil {
 		res.Errors = append(res.Errors, "latency plot: "+perr.Error())
 	} else if ok {
-		res.LatencyPNG = filepath.Join(out, "latency.png")
+		res.LatencyPlot = filepath.Join(out, "latency.svg")
 	}
 	jsonPath := filepath.Join(out, "results.json")
 	if werr := bench.WriteJSON(jsonPath, res); werr != nil {

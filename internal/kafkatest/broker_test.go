@@ -120,7 +120,7 @@ func TestBrokerRoundTripKillRestart(t *testing.T) {
 // name the bad setting.
 func TestStartFailureReportsLog(t *testing.T) {
 	if os.Getenv(BrokersEnv) != "" {
-		t.Skipf("%s is set", BrokersEnv)
+		SkipExternal(t, "this test starts a broker with a bad setting")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
@@ -189,7 +189,7 @@ func TestJVMDiesWithParent(t *testing.T) {
 		return
 	}
 	if os.Getenv(BrokersEnv) != "" {
-		t.Skipf("%s is set", BrokersEnv)
+		SkipExternal(t, "this test starts a broker of its own and kills its parent")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestJVMDiesWithParent$", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"=1")

@@ -89,12 +89,27 @@ func Start(t testing.TB, opts ...func(*Options)) *Broker {
 }
 
 // RequireFaults skips t when the broker cannot be killed or restarted,
-// i.e. when it is the external cluster of KAFKA_BROKERS.
+// i.e. when it is the external cluster of KAFKA_BROKERS; under
+// WALBOX_REQUIRE_INTEGRATION=1 it fails t instead, saying why.
 func (b *Broker) RequireFaults(t testing.TB) {
 	t.Helper()
 	if !b.CanFault() {
-		t.Skipf("kafkatest: %s is set; this test kills or restarts the broker", BrokersEnv)
+		SkipExternal(t, "this test kills or restarts the broker, which it cannot do to an external cluster")
 	}
+}
+
+// SkipExternal skips t, which needs a broker of its own, because
+// KAFKA_BROKERS names an external cluster; why says what the test needs.
+// Under WALBOX_REQUIRE_INTEGRATION=1 it fails t instead: a required
+// integration run must not pass by not running (CI never sets
+// KAFKA_BROKERS).
+func SkipExternal(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("kafkatest: %s is set and %s=1 forbids skipping: %s; unset %s so that kafkatest starts its own broker",
+			BrokersEnv, RequireEnv, why, BrokersEnv)
+	}
+	t.Skipf("kafkatest: %s is set: %s (set %s=1 to fail instead)", BrokersEnv, why, RequireEnv)
 }
 
 func externalBroker() *Broker {

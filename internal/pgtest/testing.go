@@ -57,6 +57,19 @@ func Start(t testing.TB, opts ...func(*Options)) *Server {
 	return s
 }
 
+// RequireBinDir returns FindBinDir's directory for a test that runs the
+// PostgreSQL binaries itself. When there are none (ErrUnavailable) the
+// test is skipped, unless WALBOX_REQUIRE_INTEGRATION=1, which makes it
+// fail.
+func RequireBinDir(t testing.TB) string {
+	t.Helper()
+	dir, err := FindBinDir()
+	if err != nil {
+		skipOrFatal(t, err)
+	}
+	return dir
+}
+
 func skipOrFatal(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, ErrUnavailable) && os.Getenv(RequireEnv) != "1" {
