@@ -29,6 +29,7 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
@@ -472,7 +473,7 @@ func TestBadInputKafka(t *testing.T) {
 	defer cancel()
 	broker := kafkatest.Start(t, kafkatest.WithAutoCreateTopics(false), kafkatest.WithMessageMaxBytes(biMessageMaxBytes))
 	if !broker.CanFault() {
-		t.Skipf("an external cluster (%s) cannot be given auto.create.topics.enable=false and message.max.bytes=%d", kafkatest.BrokersEnv, biMessageMaxBytes)
+		kafkatest.SkipExternal(t, fmt.Sprintf("an external cluster cannot be given auto.create.topics.enable=false and message.max.bytes=%d", biMessageMaxBytes))
 	}
 	brokers := broker.Addrs()
 	pg := pgtest.Start(t)
