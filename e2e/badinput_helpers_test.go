@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/slotctl"
@@ -34,7 +35,7 @@ import (
 // so that the suite can check diagnostics go to stderr only.
 type biProc struct {
 	*proc
-	stdout *syncBuffer
+	stdout *logbuf.Buffer
 }
 
 // startWalboxSplit is startWalbox with stdout captured separately.
@@ -42,7 +43,7 @@ func startWalboxSplit(t *testing.T, env []string, args ...string) *biProc {
 	t.Helper()
 	cmd := exec.Command(walboxBinary(t), append([]string{"run"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &biProc{proc: &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}, stdout: &syncBuffer{}}
+	p := &biProc{proc: &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}, stdout: &logbuf.Buffer{}}
 	cmd.Stderr, cmd.Stdout = p.stderr, p.stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -55,7 +56,7 @@ func startWalboxSplit(t *testing.T, env []string, args ...string) *biProc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("walbox pid %d stderr:\n%s\nstdout:\n%s", cmd.Process.Pid, p.stderr.tail(8000), p.stdout.tail(2000))
+			t.Logf("walbox pid %d stderr:\n%s\nstdout:\n%s", cmd.Process.Pid, p.stderr.Tail(8000), p.stdout.Tail(2000))
 		}
 	})
 	return p
@@ -76,7 +77,7 @@ func waitExit(t *testing.T, p *biProc, timeout time.Duration) biResult {
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
-		t.Fatalf("walbox still running after %s, want it to stop with an error; stderr:\n%s", timeout, p.stderr.tail(6000))
+		t.Fatalf("walbox still running after %s, want it to stop with an error; stderr:\n%s", timeout, p.stderr.Tail(6000))
 	}
 	return biResult{code: p.cmd.ProcessState.ExitCode(), stderr: p.stderr.String(), stdout: p.stdout.String()}
 }

@@ -551,7 +551,7 @@ func runBadRow(ctx context.Context, t *testing.T, e *biEnv, rc badRowCase, polic
 		p = startWalboxSplit(t, e.walboxEnv(), args...)
 		waitUntil(ctx, t, 60*time.Second, "the first valid row to be delivered", func() bool {
 			if p.exited() {
-				t.Fatalf("walbox exited before the bad row was written: %v\n%s", p.err, p.stderr.tail(4000))
+				t.Fatalf("walbox exited before the bad row was written: %v\n%s", p.err, p.stderr.Tail(4000))
 			}
 			return delivered(col, topic, first) > 0
 		})
@@ -603,7 +603,7 @@ func runBadRow(ctx context.Context, t *testing.T, e *biEnv, rc badRowCase, polic
 
 	waitUntil(ctx, t, 60*time.Second, "the slot to confirm past every row", func() bool {
 		if p.exited() {
-			t.Fatalf("walbox exited under the dead-letter policy: %v\n%s", p.err, p.stderr.tail(4000))
+			t.Fatalf("walbox exited under the dead-letter policy: %v\n%s", p.err, p.stderr.Tail(4000))
 		}
 		return e.confirmedLSN(t) >= lsnEnd
 	})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walbox/walbox/internal/logbuf"
 )
 
 var (
@@ -52,42 +53,16 @@ func walboxBinary(t *testing.T) string {
 // proc is one running walbox process.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 	done   chan struct{}
 	err    error
-}
-
-// syncBuffer collects the process's log for failure messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) tail(n int) string {
-	s := b.String()
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }
 
 func startWalbox(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(walboxBinary(t), append([]string{"run"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	cmd.Stdout = p.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -101,7 +76,7 @@ func startWalbox(t *testing.T, env []string, args ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("walbox pid %d log:\n%s", cmd.Process.Pid, p.stderr.tail(8000))
+			t.Logf("walbox pid %d log:\n%s", cmd.Process.Pid, p.stderr.Tail(8000))
 		}
 	})
 	return p

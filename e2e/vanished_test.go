@@ -87,7 +87,7 @@ func TestVanishedSlotStopsWalbox(t *testing.T) {
 	p = startWalbox(t, append(env, "WALBOX_CREATE_SLOT=true"))
 	waitUntil(ctx, t, time.Minute, "the slot created with --create-slot", func() bool { return strings.Contains(p.stderr.String(), "slot ready") })
 	if !strings.Contains(p.stderr.String(), "remove --create-slot") {
-		t.Errorf("no warning about leaving --create-slot set:\n%s", p.stderr.tail(4000))
+		t.Errorf("no warning about leaving --create-slot set:\n%s", p.stderr.Tail(4000))
 	}
 	if !slotExists() {
 		t.Error("--create-slot did not create the slot")

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/router"
 )
 
@@ -103,24 +103,6 @@ func (f *fakeLimits) MaxMessageBytes(_ context.Context, topic string) (int, erro
 	return f.limits[topic], nil
 }
 
-// logBuffer collects log output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Count(b.buf.Bytes(), []byte(s))
-}
-
 // testLoop is a relay and a session loop without a connection: the
 // replication side is fed with pgoutput bytes through handleWAL, the Kafka
 // side is the fake producer.
@@ -129,7 +111,7 @@ type testLoop struct {
 	relay *Relay
 	p     *fakeProducer
 	reg   *prometheus.Registry
-	log   *logBuffer
+	log   *logbuf.Buffer
 }
 
 func newTestLoop(t *testing.T, cfg Config, p *fakeProducer) *testLoop {
@@ -143,7 +125,7 @@ func newTestLoop(t *testing.T, cfg Config, p *fakeProducer) *testLoop {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	lb := &logBuffer{}
+	lb := &logbuf.Buffer{}
 	r, err := New(cfg, p, rt, reg, slog.New(slog.NewTextHandler(lb, nil)))
 	if err != nil {
 		t.Fatal(err)

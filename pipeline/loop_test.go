@@ -211,8 +211,8 @@ func TestLoopNonTransactionalMessage(t *testing.T) {
 		if n := testutil.ToFloat64(l.metrics.nonTransactionalSkipped); n != 1 {
 			t.Fatalf("skipped = %v, want 1", n)
 		}
-		if l.log.count("lsn=0/500") != 1 || l.log.count("prefix=outbox") != 1 {
-			t.Fatalf("warning does not name the LSN and prefix: %s", l.log.buf.String())
+		if l.log.Count("lsn=0/500") != 1 || l.log.Count("prefix=outbox") != 1 {
+			t.Fatalf("warning does not name the LSN and prefix: %s", l.log.String())
 		}
 		if got := l.tracker.ObserveServerPosition(0x700); got != 0x700 {
 			t.Fatalf("a keepalive past the skipped message confirms %s, want 0/700", got)
@@ -258,7 +258,7 @@ func TestLoopRoutesOnlyTheOutboxTables(t *testing.T) {
 	if n := testutil.ToFloat64(l.metrics.foreignChanges); n != 3 {
 		t.Fatalf("foreign changes = %v, want 3", n)
 	}
-	if n := l.log.count("table=public.audit"); n != 1 {
+	if n := l.log.Count("table=public.audit"); n != 1 {
 		t.Fatalf("foreign table logged %d times, want once", n)
 	}
 }
@@ -337,7 +337,7 @@ func TestLoopChecksSizeBeforeProducing(t *testing.T) {
 		if !strings.Contains(header(p.records()[1], router.HeaderError), "producer batch limit") {
 			t.Fatalf("reason %q does not name the batch limit", header(p.records()[1], router.HeaderError))
 		}
-		if n := l.log.count("could not read a topic's max.message.bytes"); n != 1 {
+		if n := l.log.Count("could not read a topic's max.message.bytes"); n != 1 {
 			t.Fatalf("fallback logged %d times, want once", n)
 		}
 	})

@@ -1,17 +1,16 @@
 package slotctl_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
@@ -64,25 +63,7 @@ func TestEnsureChecksColumns(t *testing.T) {
 	}
 }
 
-// logBuffer is an io.Writer for a slog handler, safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func setupOptions(log *logBuffer) slotctl.SetupOptions {
+func setupOptions(log *logbuf.Buffer) slotctl.SetupOptions {
 	return slotctl.SetupOptions{
 		Logger:    slog.New(slog.NewTextHandler(log, nil)),
 		Retryable: pipeline.IsRetryable,
@@ -100,7 +81,7 @@ func TestSetupWaitsForPostgres(t *testing.T) {
 	if err := srv.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	log := &logBuffer{}
+	log := &logbuf.Buffer{}
 	type result struct {
 		slot slotctl.SlotInfo
 		err  error
@@ -149,7 +130,7 @@ func TestSetupReturnsWhatAHumanMustFix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			log := &logBuffer{}
+			log := &logbuf.Buffer{}
 			cfg := tt.cfg
 			cfg.CreateOnFirstStart = true
 			_, _, err := slotctl.Setup(ctxT(t), tt.dsn, cfg, setupOptions(log))
@@ -170,7 +151,7 @@ func TestSetupStopsWithContext(t *testing.T) {
 	defer cancel()
 	// Port 1 on loopback: nothing listens there, the connection is refused.
 	_, _, err := slotctl.Setup(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?connect_timeout=1", 1),
-		slotctl.Config{CreateOnFirstStart: true}, setupOptions(&logBuffer{}))
+		slotctl.Config{CreateOnFirstStart: true}, setupOptions(&logbuf.Buffer{}))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Setup() = %v, want it to wrap context.DeadlineExceeded", err)
 	}

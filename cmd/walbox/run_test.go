@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/migrations"
 	"github.com/walbox/walbox/router"
@@ -24,7 +23,7 @@ type setupEnv struct {
 	conn *pgx.Conn // superuser
 	cfg  config.Config
 	rt   *router.Router
-	logs *syncBuffer
+	logs *logbuf.Buffer
 }
 
 func newSetupEnv(t *testing.T, migrationFiles ...string) *setupEnv {
@@ -36,7 +35,7 @@ func newSetupEnv(t *testing.T, migrationFiles ...string) *setupEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	e := &setupEnv{conn: conn, logs: &syncBuffer{}}
+	e := &setupEnv{conn: conn, logs: &logbuf.Buffer{}}
 	for _, f := range append([]string{"001_outbox.sql"}, migrationFiles...) {
 		e.migrate(t, f)
 	}
@@ -209,29 +208,6 @@ func TestRunChecksColumns(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"aggregate_id"`) || !strings.Contains(err.Error(), "agg_id") {
 		t.Fatalf("start with a missing column = %v, want an error naming it and the table's columns", err)
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Reset()
 }
 
 func ctxT(t *testing.T) context.Context {
