@@ -241,41 +241,45 @@ func wordSpans(s string) [][2]int {
 	return spans
 }
 
-// keywordSpans returns the value spans of password= and sslpassword= in a
-// key=value DSN, following libpq's tokenizing: spaces may surround '=', a
-// value is a run of non-spaces or a single-quoted string, and a backslash
-// escapes the next byte in both.
-func keywordSpans(s string) [][2]int {
-	var spans [][2]int
+// keyword is one word of a key=value DSN as libpq tokenizes it: spaces may
+// surround '=', a value is a run of non-spaces or a single-quoted string,
+// and a backslash escapes the next byte in both. A word without '=' has
+// hasValue false and its text in key.
+type keyword struct {
+	key              string
+	start, keyEnd    int // the word's start and the end of its key
+	valStart, valEnd int // the value, quotes included; valid when hasValue
+	hasValue         bool
+}
+
+// scanKeywords calls fn for every word of the key=value DSN s.
+func scanKeywords(s string, fn func(keyword)) {
 	isSpace := func(c byte) bool { return strings.IndexByte(asciiSpaces, c) >= 0 }
 	i := 0
 	for i < len(s) {
 		for i < len(s) && isSpace(s[i]) {
 			i++
 		}
-		k := i
+		if i >= len(s) {
+			return
+		}
+		kw := keyword{start: i}
 		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
 			i++
 		}
-		key := s[k:i]
-		keyEnd := i
+		kw.key, kw.keyEnd = s[kw.start:i], i
 		for i < len(s) && isSpace(s[i]) {
 			i++
 		}
 		if i >= len(s) || s[i] != '=' {
-			// A word without '=' makes the DSN invalid, and may be a
-			// password typed without its key ("password s3cret"). Words
-			// that look like URLs are masked more finely by wordSpans.
-			if !strings.Contains(key, "@") && !strings.Contains(key, "://") {
-				spans = append(spans, [2]int{k, keyEnd})
-			}
+			fn(kw)
 			continue
 		}
 		i++
 		for i < len(s) && isSpace(s[i]) {
 			i++
 		}
-		v := i
+		kw.valStart, kw.hasValue = i, true
 		if i < len(s) && s[i] == '\'' {
 			i++
 			for i < len(s) && s[i] != '\'' {
@@ -294,10 +298,29 @@ func keywordSpans(s string) [][2]int {
 			}
 			i = min(i, len(s))
 		}
-		if isPasswordKey(key) {
-			spans = append(spans, [2]int{v, i})
-		}
+		kw.valEnd = i
+		fn(kw)
 	}
+}
+
+// keywordSpans returns the value spans of password= and sslpassword= in a
+// key=value DSN (tokenized by scanKeywords), and the words without '=' that
+// may be a password typed without its key.
+func keywordSpans(s string) [][2]int {
+	var spans [][2]int
+	scanKeywords(s, func(kw keyword) {
+		switch {
+		case !kw.hasValue:
+			// A word without '=' makes the DSN invalid, and may be a
+			// password typed without its key ("password s3cret"). Words
+			// that look like URLs are masked more finely by wordSpans.
+			if !strings.Contains(kw.key, "@") && !strings.Contains(kw.key, "://") {
+				spans = append(spans, [2]int{kw.start, kw.keyEnd})
+			}
+		case isPasswordKey(kw.key):
+			spans = append(spans, [2]int{kw.valStart, kw.valEnd})
+		}
+	})
 	return spans
 }
 
@@ -427,54 +450,16 @@ func urlWithoutParam(dsn, key string) string {
 }
 
 // keywordsWithoutParam removes key = value from a key=value DSN, tokenized
-// as keywordSpans does.
+// by scanKeywords.
 func keywordsWithoutParam(s, key string) string {
-	isSpace := func(c byte) bool { return strings.IndexByte(asciiSpaces, c) >= 0 }
 	var b strings.Builder
 	last := 0
-	i := 0
-	for i < len(s) {
-		for i < len(s) && isSpace(s[i]) {
-			i++
+	scanKeywords(s, func(kw keyword) {
+		if kw.hasValue && kw.key == key {
+			b.WriteString(s[last:kw.start])
+			last = kw.valEnd
 		}
-		k := i
-		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
-			i++
-		}
-		name := s[k:i]
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		if i >= len(s) || s[i] != '=' {
-			continue
-		}
-		i++
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-		if i < len(s) && s[i] == '\'' {
-			i++
-			for i < len(s) && s[i] != '\'' {
-				if s[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i = min(i+1, len(s))
-		} else {
-			for i < len(s) && !isSpace(s[i]) {
-				if s[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			i = min(i, len(s))
-		}
-		if name == key {
-			b.WriteString(s[last:k])
-			last = i
-		}
-	}
+	})
 	b.WriteString(s[last:])
 	return strings.TrimSpace(b.String())
 }
