@@ -372,11 +372,11 @@ var badRowCases = []badRowCase{
 		// With a linger the backlog's three records surely share one
 		// batch, as records do under load; without it they mostly do.
 		args: []string{"--producer-linger=300ms"},
-		failWant: []string{`kafka refused event "{bad}"`, `topic "{prefix}.order"`, "MESSAGE_TOO_LARGE",
+		failWant: []string{`kafka would refuse event "{bad}"`, `topic "{prefix}.order"`, "MESSAGE_TOO_LARGE",
 			"max.message.bytes", "--invalid-rows=dead-letter"},
 		// The size that was refused, about 200 KiB, in bytes.
 		failMatch: regexp.MustCompile(`\b2\d{5} bytes|bytes=2\d{5}\b`),
-		dlqWant:   []string{`kafka refused the record for topic "{prefix}.order"`, "MESSAGE_TOO_LARGE"},
+		dlqWant:   []string{`the record for topic "{prefix}.order" is too large for Kafka`, "checked before producing", "MESSAGE_TOO_LARGE"},
 	},
 }
 

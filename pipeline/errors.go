@@ -27,8 +27,12 @@ type ProduceError struct {
 }
 
 func (e *ProduceError) Error() string {
-	return fmt.Sprintf("kafka refused event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
-		e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
+	verb := "kafka refused"
+	if e.Checked {
+		verb = "kafka would refuse" // decided before producing: it was never sent
+	}
+	return fmt.Sprintf("%s event %q (lsn %s) for topic %q: %v; %s; the slot is not confirmed past it, so a restart after the fix sends it again",
+		verb, e.EventID, e.LSN, e.Topic, e.Err, produceHint(e.Err))
 }
 
 // produceHint says what to do about the refusals operators meet.

@@ -184,7 +184,7 @@ func (l *loop) checkSize(rec *kgo.Record, m *inflightRecord) (*kgo.Record, error
 			Err: fmt.Errorf("%w: the record is %d bytes as a record batch of one, over the limit of %d bytes: %s; checked before producing, so nothing after it was sent",
 				kerr.MessageTooLarge, size, lim.bytes, lim.source)}
 	}
-	reason := fmt.Sprintf("kafka refused the record for topic %q (%d bytes as a record batch of one, over the limit of %d bytes: %s; checked before producing): %v",
+	reason := fmt.Sprintf("the record for topic %q is too large for Kafka (%d bytes as a record batch of one, over the limit of %d bytes: %s; checked before producing, not sent): %v",
 		rec.Topic, size, lim.bytes, lim.source, kerr.MessageTooLarge)
 	l.log.Warn("outbox record too large for Kafka; routed to the dead-letter topic without its value",
 		"event_id", m.eventID, "lsn", m.lsn.String(), "xid", m.xid, "topic", rec.Topic,
