@@ -141,7 +141,7 @@ func TestRunRefusesVanishedSlot(t *testing.T) {
 	// The recovery the error advises: re-publish the rows committed since
 	// the last event received, in one statement.
 	e.exec(t, `WITH moved AS (DELETE FROM public.outbox WHERE created_at >= $1 RETURNING *)
-	           INSERT INTO public.outbox SELECT * FROM moved`, since)
+	           INSERT INTO public.outbox SELECT * FROM moved ORDER BY created_at, id`, since)
 	var inserts int
 	if err := e.conn.QueryRow(ctxT(t), `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 		'proto_version', '1', 'publication_names', 'walbox') WHERE get_byte(data, 0) = ascii('I')`, e.cfg.Slot).Scan(&inserts); err != nil {
