@@ -368,3 +368,18 @@ func TestParseGUCDuration(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseGUCDuration: the server's SHOW output is bytes from the network;
+// whatever it is, parsing must not panic, and a value it accepts is never
+// negative (an overflowing number is refused, not wrapped).
+func FuzzParseGUCDuration(f *testing.F) {
+	for _, s := range []string{"60s", "1min", "500ms", "1500", "0", "2h", "1d", "", "s", "99999999999999999999d", "9223372036854775807d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseGUCDuration(s)
+		if err == nil && d < 0 {
+			t.Fatalf("parseGUCDuration(%q) = %v, want a non-negative duration or an error", s, d)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -97,6 +98,9 @@ func parseGUCDuration(s string) (time.Duration, error) {
 		unit = 24 * time.Hour
 	default:
 		return 0, fmt.Errorf("time setting %q: unknown unit %q", s, s[i:])
+	}
+	if n > math.MaxInt64/int64(unit) {
+		return 0, fmt.Errorf("time setting %q: out of range", s)
 	}
 	return time.Duration(n) * unit, nil
 }
