@@ -126,6 +126,12 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if ferr := r.failureErr(); ferr != nil {
 			return ferr
 		}
+		if !streamed && ctx.Err() != nil {
+			// Stopped while connecting or starting replication: nothing
+			// was received, so nothing is in flight or to confirm; the
+			// error is only the interrupted call's.
+			return nil
+		}
 		if !IsRetryable(err) {
 			return err
 		}
