@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/walbox/walbox/slotctl"
 )
@@ -99,7 +98,7 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 	}
 	res.SkippedWAL = bytesIEC(res.SkippedWALBytes)
 	events := ""
-	if n, err := slotctl.CountEvents(lookCtx, conn, slot.Name, cfg.Publication, target); err != nil {
+	if n, err := o.countEvents(ctx, slot.Name, cfg.Publication, target); err != nil {
 		res.CountError = countFailure(err)
 		events = "; could not count the outbox events it skips (" + res.CountError + ")"
 	} else {
@@ -131,10 +130,4 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 	}
 	fmt.Fprintf(e.stdout, "advanced slot %s from %s to %s\n", slot.Name, slot.ConfirmedFlushLSN, end)
 	return nil
-}
-
-// countFailure is why slotctl.CountEvents failed, without prefixes.
-func countFailure(err error) string {
-	msg := strings.ReplaceAll(err.Error(), "slotctl: ", "")
-	return strings.TrimPrefix(msg, "could not count events: ")
 }

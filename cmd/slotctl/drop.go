@@ -89,7 +89,7 @@ func runDrop(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stderr, "slotctl drop: %s; skipping it\n", m)
 	}
 	if slotFound {
-		warnUnconfirmed(lookCtx, e, conn, slot, cfg.Publication)
+		warnUnconfirmed(ctx, e, &o.commonOptions, slot, cfg.Publication)
 	}
 
 	if !o.Yes {
@@ -132,9 +132,9 @@ func runDrop(ctx context.Context, args []string, e env) error {
 // warnUnconfirmed says on stderr how many events dropping slot discards
 // (the inserts its publication streams after its confirmed position,
 // counted on a temporary copy) and how much WAL it holds.
-func warnUnconfirmed(ctx context.Context, e env, conn slotctl.Querier, slot slotctl.SlotInfo, pub string) {
+func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.SlotInfo, pub string) {
 	wal := fmt.Sprintf("%s (%d bytes) of WAL", bytesIEC(slot.RetainedBytes), slot.RetainedBytes)
-	n, err := slotctl.CountEvents(ctx, conn, slot.Name, pub, 0)
+	n, err := o.countEvents(ctx, slot.Name, pub, 0)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %s; could not count its unconfirmed outbox events (%s); dropping it discards them\n",
 			slot.Name, wal, countFailure(err))

@@ -275,3 +275,32 @@ func testSlotOperations(t *testing.T, srv *pgtest.Server) {
 		}
 	})
 }
+
+func TestUsageSlotOperations(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		{name: "help lists the commands and exit 3", args: []string{"--help"}, code: exitOK,
+			stdout: []string{"slotctl list", "slotctl advance --to LSN", "slotctl copy    --to NAME", "3  refused for safety"}},
+		{name: "list help", args: []string{"help", "list"}, code: exitOK, stdout: []string{"--json", "safe_wal_size", "<slot>_replay"}},
+		{name: "advance help", args: []string{"advance", "--help"}, code: exitOK,
+			stdout: []string{"--to LSN", "16/B374D848", "--yes", "exit 3", "temporary copy"}},
+		{name: "copy help", args: []string{"copy", "-h"}, code: exitOK, stdout: []string{"--to NAME", "pg_copy_logical_replication_slot"}},
+		// Usage errors come before any connection: the DSN points nowhere.
+		{name: "advance malformed LSN", args: []string{"advance", "--pg-dsn", "postgres://x@127.0.0.1:1/x", "--to", "B374D848", "--yes"},
+			code: exitUsage, stderr: []string{"16/B374D848"}},
+		{name: "advance off a terminal without --yes", args: []string{"advance", "--pg-dsn", "postgres://x@127.0.0.1:1/x", "--to", "0/1"},
+			code: exitUsage, stderr: []string{"--yes"}},
+		{name: "copy to a bad name", args: []string{"copy", "--pg-dsn", "postgres://x@127.0.0.1:1/x", "--to", "a b"},
+			code: exitUsage, stderr: []string{`"a b"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			invocation{}.run(t, tt.args...).want(t, tt.code, tt.stdout, tt.stderr)
+		})
+	}
+}
