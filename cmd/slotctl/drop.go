@@ -140,6 +140,6 @@ func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.
 			slot.Name, wal, countFailure(err))
 		return
 	}
-	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s and %s; dropping it discards them\n",
-		slot.Name, n, slot.ConfirmedFlushLSN, wal)
+	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s (inserts publication %s streams) and %s; dropping it discards them\n",
+		slot.Name, n, slot.ConfirmedFlushLSN, pub, wal)
 }
