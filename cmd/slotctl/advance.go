@@ -17,7 +17,8 @@ never streamed from this slot. Before asking, it says how much WAL that skips
 and how many outbox events (it counts the inserts the publication streams in
 between by decoding a temporary copy of the slot, which the server drops even
 if slotctl dies; "could not count" if that fails). The server does not move a
-slot past its current WAL position.
+slot past its current WAL position: asked for more, slotctl stops at the
+WAL end it saw, so what it skips is exactly what it counted.
 
 Refuses (exit 3, nothing changed) to move the slot backwards, and while a
 process streams from it.
@@ -91,7 +92,10 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	target := min(to, walEnd) // the server stops there
+	// The server stops at its WAL end anyway; stopping where slotctl looked
+	// keeps transactions committed since out of what it skips, so the
+	// count below is exactly what is skipped.
+	target := min(to, walEnd)
 	res := advanceResult{Slot: slot.Name, From: slot.ConfirmedFlushLSN.String(), Requested: to.String()}
 	if target > slot.ConfirmedFlushLSN {
 		res.SkippedWALBytes = int64(target - slot.ConfirmedFlushLSN)
@@ -108,7 +112,7 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 	fmt.Fprintf(e.stderr, "Advancing slot %q from %s to %s skips %s of WAL%s; what it skips will not be streamed from this slot.\n",
 		slot.Name, slot.ConfirmedFlushLSN, to, bytesIEC(res.SkippedWALBytes), events)
 	if to > walEnd {
-		fmt.Fprintf(e.stderr, "The server's WAL ends at %s: the slot stops there.\n", walEnd)
+		fmt.Fprintf(e.stderr, "The server's WAL ends at %s: the slot stops there (run advance again later to go further).\n", walEnd)
 	}
 	if !o.Yes {
 		if err := confirmNothing(ctx, e, fmt.Sprintf("Type %q to confirm: ", slot.Name), slot.Name, "nothing was advanced"); err != nil {
@@ -118,7 +122,7 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 
 	advCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	end, err := slotctl.Advance(advCtx, conn, slot.Name, to)
+	end, err := slotctl.Advance(advCtx, conn, slot.Name, target)
 	if err != nil {
 		return err
 	}

@@ -235,6 +235,19 @@ func testSlotOperations(t *testing.T, srv *pgtest.Server) {
 			t.Errorf("advance --json = %+v, want %d events skipped from %s to %s", got, skipped, start, target)
 		}
 
+		// Beyond the WAL end: the slot stops at the end slotctl saw, and
+		// skips exactly the events committed after the target.
+		r = in.run(t, "advance", "--slot", copied, "--to", "FFFF/0", "--yes", "--json")
+		r.want(t, exitOK, nil, []string{"WAL ends at", fmt.Sprintf("%d outbox event(s)", after)})
+		got = advanceResult{}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatalf("advance --json: %v", err)
+		}
+		if c := inspectSlot(t, conn, copied); got.Requested != "FFFF/0" || got.To != c.ConfirmedFlushLSN.String() ||
+			c.ConfirmedFlushLSN <= target || got.SkippedEvents == nil || *got.SkippedEvents != after {
+			t.Errorf("advance --json past the WAL end = %+v, slot at %s", got, c.ConfirmedFlushLSN)
+		}
+
 		in.run(t, "advance", "--to", target.String(), "--yes").want(t, exitOK,
 			[]string{fmt.Sprintf("advanced slot %s from %s to %s", slot, start, target)},
 			[]string{fmt.Sprintf("skips %s of WAL and %d outbox event(s)", bytesIEC(int64(target-start)), skipped)})
