@@ -76,6 +76,9 @@ func CountEvents(ctx context.Context, conn Querier, slot, pub string, upto pglog
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrCannotCount, err)
 	}
+	if s.SlotType != "logical" {
+		return 0, fmt.Errorf("%w: slot %q is a %s slot: it decodes no events", ErrCannotCount, slot, s.SlotType)
+	}
 	if s.Plugin != Plugin {
 		return 0, fmt.Errorf("%w: slot %q uses the output plugin %q; slotctl counts only pgoutput slots", ErrCannotCount, slot, s.Plugin)
 	}

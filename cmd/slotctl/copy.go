@@ -16,8 +16,10 @@ Copies the slot into a new permanent slot named NAME
 a consumer of the copy receives what walbox would receive from the slot from
 now on. The copy holds WAL from the slot's restart_lsn on until it is
 consumed or dropped (slotctl drop --slot NAME): do not leave it unused.
-Refuses a NAME that already exists. Use it before an experiment (advance,
-a test consumer) to keep the old position.
+Refuses a NAME that already exists (exit 1). Use it before an experiment
+(advance, a test consumer) to keep the old position. On PostgreSQL 17+ the
+copy is not a failover slot, even if the slot is. There is no --temporary: a
+temporary copy would vanish with slotctl's own session.
 
   --to NAME   the copy's name: 1 to 63 characters of a-z, 0-9 and _ (required)
   --json      print the copy as JSON, as inspect prints a slot
