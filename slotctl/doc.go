@@ -24,6 +24,12 @@
 // Setup is the retrying entry point of `walbox run`; CheckEmitMessagePrivilege
 // guards message routing (--message-prefix) against forged events.
 //
+// For operators, List shows every logical slot of the database (walbox's
+// live and trailing replay slots marked), Advance moves a slot forward
+// (refusing backwards and an active slot), CopySlot copies one, and
+// CountEvents counts the events a move or a drop would skip, on a temporary
+// copy that the server drops with its session.
+//
 // Every function takes a connection with an ordinary (non-replication)
 // session, a *pgx.Conn or anything else satisfying Querier. Identifiers are
 // validated by Config.Validate and always quoted with pgx.Identifier before

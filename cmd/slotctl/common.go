@@ -120,6 +120,12 @@ var errHelp = errors.New("help printed")
 // the user typed it; ctx ends the wait (stdin cannot be interrupted, so the
 // read is abandoned to its goroutine).
 func confirm(ctx context.Context, e env, prompt, word string) error {
+	return confirmNothing(ctx, e, prompt, word, "nothing was dropped")
+}
+
+// confirmNothing is confirm whose refusal ends with nothing, what did not
+// happen.
+func confirmNothing(ctx context.Context, e env, prompt, word, nothing string) error {
 	fmt.Fprint(e.stderr, prompt)
 	line := make(chan string, 1)
 	go func() {
@@ -129,11 +135,11 @@ func confirm(ctx context.Context, e env, prompt, word string) error {
 	select {
 	case s := <-line:
 		if strings.TrimSpace(s) != word {
-			return fmt.Errorf("not confirmed: expected %q, got %q; nothing was dropped", word, strings.TrimSpace(s))
+			return fmt.Errorf("not confirmed: expected %q, got %q; %s", word, strings.TrimSpace(s), nothing)
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("not confirmed: %w; nothing was dropped", ctx.Err())
+		return fmt.Errorf("not confirmed: %w; %s", ctx.Err(), nothing)
 	}
 }
 

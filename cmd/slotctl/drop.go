@@ -15,8 +15,10 @@ const dropHelp = `Usage: slotctl drop [--publication-too] [--yes] [--config FILE
 Drops the replication slot, and with --publication-too the publication.
 Dropping the slot discards its position: outbox rows committed after its
 confirmed_flush_lsn that walbox has not published yet are not sent by a new
-slot; publish them again from the outbox table. Refuses while a process
-streams from the slot.
+slot; publish them again from the outbox table. Before asking, it warns how
+many such events there are (counted on a temporary copy of the slot; "could
+not count" if that fails) and how much WAL the slot holds. Refuses (exit 3)
+while a process streams from the slot.
 
   --publication-too   also drop the publication (after the slot)
   --yes               do not ask; required when stdin is not a terminal
@@ -86,6 +88,9 @@ func runDrop(ctx context.Context, args []string, e env) error {
 	for _, m := range missing {
 		fmt.Fprintf(e.stderr, "slotctl drop: %s; skipping it\n", m)
 	}
+	if slotFound {
+		warnUnconfirmed(ctx, e, &o.commonOptions, slot, cfg.Publication)
+	}
 
 	if !o.Yes {
 		var b strings.Builder
@@ -122,4 +127,19 @@ func runDrop(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stdout, "dropped publication %s\n", cfg.Publication)
 	}
 	return nil
+}
+
+// warnUnconfirmed says on stderr how many events dropping slot discards
+// (the inserts its publication streams after its confirmed position,
+// counted on a temporary copy) and how much WAL it holds.
+func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.SlotInfo, pub string) {
+	wal := fmt.Sprintf("%s (%d bytes) of WAL", bytesIEC(slot.RetainedBytes), slot.RetainedBytes)
+	n, err := o.countEvents(ctx, slot.Name, pub, 0)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %s; could not count its unconfirmed outbox events (%s); dropping it discards them\n",
+			slot.Name, wal, countFailure(err))
+		return
+	}
+	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s (inserts publication %s streams) and %s; dropping it discards them\n",
+		slot.Name, n, slot.ConfirmedFlushLSN, pub, wal)
 }

@@ -11,7 +11,10 @@ import (
 const (
 	exitOK    = 0 // the command did what was asked
 	exitError = 1 // it failed, or (inspect) found something missing or wrong
-	exitUsage = 2 // bad command line or configuration: unknown command or flag, missing --pg-dsn, malformed value, drop without --yes off a terminal
+	exitUsage = 2 // bad command line or configuration: unknown command or flag, missing --pg-dsn, malformed value, drop or advance without --yes off a terminal
+	// exitRefused: refused for safety, nothing changed: the slot is in use
+	// (drop, advance), or advance would move it backwards.
+	exitRefused = 3
 )
 
 // usageError marks an error in how slotctl was invoked.
@@ -27,6 +30,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &u), errors.Is(err, config.ErrInvalid), errors.Is(err, slotctl.ErrInvalidConfig):
 		return exitUsage
+	case errors.Is(err, slotctl.ErrSlotActive), errors.Is(err, slotctl.ErrAdvanceBackwards):
+		return exitRefused
 	default:
 		return exitError
 	}

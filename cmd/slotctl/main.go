@@ -1,4 +1,4 @@
-// Command slotctl creates, inspects and drops the Postgres objects walbox
+// Command slotctl creates, inspects, lists, advances, copies and drops the Postgres objects walbox
 // streams from: the publication over the outbox table and the pgoutput
 // logical replication slot. Run `slotctl --help` for the commands.
 package main
@@ -22,6 +22,9 @@ Usage:
   slotctl create  [flags]   check the server, create the publication and the slot if missing
   slotctl inspect [flags]   show the slot, the publication and any problem found
   slotctl drop    [flags]   drop the slot (and with --publication-too the publication)
+  slotctl list    [flags]   list every logical slot of the database
+  slotctl advance --to LSN  move the slot forward, skipping what lies before LSN
+  slotctl copy    --to NAME copy the slot into a new permanent slot NAME
   slotctl help [command]    show this help, or a command's
 
 Configuration: the same as walbox run's, read the same way: a flag, a WALBOX_*
@@ -61,7 +64,33 @@ drop:
   them again from the outbox table). Refuses while a process streams from the
   slot. On a terminal it asks you to type the slot's name. A slot or
   publication that does not exist is reported; it is an error only if nothing
-  at all was found to drop.
+  at all was found to drop. Before asking, warns (stderr) how many unconfirmed
+  outbox events the slot holds (counted on a temporary copy of it) and how
+  much WAL.
+
+list:
+  --json               print JSON instead of a table
+  Prints every logical slot of the database: plugin, active pid and client
+  address, confirmed and restart LSN, retained WAL, wal_status,
+  safe_wal_size; for walbox's slots (--slot, and the trailing replay slot
+  <slot>_replay) the publication and its tables. Changes nothing.
+
+advance:
+  --to LSN             the new position, e.g. 16/B374D848 (required)
+  --yes                do not ask for confirmation; required when stdin is not a terminal
+  --json               print the result as JSON
+  Moves the slot forward with pg_replication_slot_advance. Says first how
+  much WAL and how many outbox events it skips (counted on a temporary copy
+  of the slot, or "could not count"); on a terminal asks you to type the
+  slot's name. Refuses to move backwards and while a process streams from
+  the slot (exit 3).
+
+copy:
+  --to NAME            the new slot's name (required)
+  --json               print the copy as JSON
+  Copies the slot (pg_copy_logical_replication_slot) into a permanent slot at
+  the same position; refuses a name that exists. The copy holds WAL until it
+  is consumed or dropped.
 
 Output: data on stdout; prompts and diagnostics on stderr.
 
@@ -69,7 +98,9 @@ Exit status:
   0  success
   1  failure (or, for inspect, something missing or wrong)
   2  usage error: unknown command or flag, missing --pg-dsn, malformed value,
-     drop without --yes when stdin is not a terminal
+     malformed LSN, drop or advance without --yes when stdin is not a terminal
+  3  refused for safety, nothing changed: drop or advance of a slot a process
+     streams from, advance backwards
 `
 
 // usageText is slotctl's help; the options come from walbox's option table.
@@ -98,6 +129,9 @@ var commands = map[string]func(ctx context.Context, args []string, e env) error{
 	"create":  runCreate,
 	"inspect": runInspect,
 	"drop":    runDrop,
+	"list":    runList,
+	"advance": runAdvance,
+	"copy":    runCopy,
 }
 
 // run runs one command line and returns the exit code.

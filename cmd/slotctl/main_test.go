@@ -223,7 +223,7 @@ func TestDropRefusesActiveSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.run(t, "inspect").want(t, exitOK, []string{"active:", "yes, server process"}, nil)
-	in.run(t, "drop", "--yes").want(t, exitError, nil, []string{"in use", "pg_terminate_backend", "nothing was dropped"})
+	in.run(t, "drop", "--yes").want(t, exitRefused, nil, []string{"in use", "pg_terminate_backend", "nothing was dropped"})
 }
 
 func TestBytesIEC(t *testing.T) {

@@ -1,0 +1,253 @@
+package slotctl
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrAdvanceBackwards: Advance was asked to move a slot to a position
+// before its confirmed_flush_lsn, which a slot cannot do (the WAL before it
+// may be gone, and the server silently ignores such a request).
+var ErrAdvanceBackwards = errors.New("slotctl: cannot move a replication slot backwards")
+
+// ErrCannotCount: CountEvents could not count the events (another output
+// plugin, a missing publication, a server error). Callers report it and go
+// on: counting is advice, not a precondition.
+var ErrCannotCount = errors.New("slotctl: could not count events")
+
+// lsnRE is the text form of an LSN as Postgres prints it: two hexadecimal
+// numbers of up to 8 digits.
+var lsnRE = regexp.MustCompile(`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`)
+
+// ParseLSN parses an LSN written as Postgres prints it, e.g. 16/B374D848.
+// A malformed one wraps ErrInvalidConfig and names the expected form.
+func ParseLSN(s string) (pglogrepl.LSN, error) {
+	if !lsnRE.MatchString(s) {
+		return 0, fmt.Errorf("%w: LSN %q is malformed: write it as Postgres prints it, two hexadecimal numbers separated by a slash, e.g. 16/B374D848", ErrInvalidConfig, s)
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: LSN %q: %w; expected the form 16/B374D848", ErrInvalidConfig, s, err)
+	}
+	return lsn, nil
+}
+
+// CurrentWALLSN is the server's current WAL position: the flushed one on
+// a primary, the last replayed one on a standby. A slot cannot be advanced
+// past it.
+func CurrentWALLSN(ctx context.Context, conn Querier) (pglogrepl.LSN, error) {
+	var s string
+	err := conn.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() END)::text`).Scan(&s)
+	if err != nil {
+		return 0, fmt.Errorf("slotctl: read the current WAL position: %w", err)
+	}
+	return pglogrepl.ParseLSN(s)
+}
+
+// CountEvents counts the INSERTs the publication pub streams from the slot
+// named slot, in the transactions a consumer has not confirmed yet whose
+// commit record starts before upto (0: all of them, to the end of the WAL
+// written so far). That is what advancing the slot to upto skips, or what
+// dropping it (upto 0) discards; pub is walbox's publication, which covers
+// only the outbox table.
+//
+// The slot is not consumed: CountEvents decodes a temporary copy of it
+// (pg_copy_logical_replication_slot(..., temporary => true)) with
+// pg_logical_slot_peek_binary_changes, and drops the copy. A temporary slot
+// belongs to the session, so even if slotctl or its connection dies during
+// the count, the server drops the copy: nothing is left behind. Decoding
+// reads the WAL the slot retains, which takes time in proportion to it:
+// bound ctx. A failure wraps ErrCannotCount and says why.
+func CountEvents(ctx context.Context, conn Querier, slot, pub string, upto pglogrepl.LSN) (n int64, err error) {
+	if err := ValidateSlotName(slot); err != nil {
+		return 0, err
+	}
+	if err := validatePublication(pub); err != nil {
+		return 0, err
+	}
+	s, err := Inspect(ctx, conn, slot)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrCannotCount, err)
+	}
+	if s.SlotType != "logical" {
+		return 0, fmt.Errorf("%w: slot %q is a %s slot: it decodes no events", ErrCannotCount, slot, s.SlotType)
+	}
+	if s.Plugin != Plugin {
+		return 0, fmt.Errorf("%w: slot %q uses the output plugin %q; slotctl counts only pgoutput slots", ErrCannotCount, slot, s.Plugin)
+	}
+	copyName, err := tempSlotName()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrCannotCount, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, slot, copyName); err != nil {
+		return 0, fmt.Errorf("%w: copy slot %q into a temporary slot: %w", ErrCannotCount, slot, err)
+	}
+	defer func() {
+		// The copy would go with the session anyway; drop it now so that it
+		// does not hold WAL while slotctl goes on (e.g. waits for a human).
+		// A cancelled ctx must not prevent it.
+		if _, derr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, copyName); derr != nil && err == nil {
+			err = fmt.Errorf("slotctl: drop the temporary slot %q (it goes when this session ends): %w", copyName, derr)
+		}
+	}()
+
+	var uptoArg any // NULL: to the end of the WAL
+	if upto != 0 {
+		uptoArg = upto.String()
+	}
+	rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
+		'proto_version', '1', 'publication_names', $3)`, copyName, uptoArg, pgx.Identifier{pub}.Sanitize())
+	if err != nil {
+		return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
+	}
+	defer rows.Close()
+	// The peek stops after the first record that ends at or past upto, so
+	// it may include one transaction whose commit starts at or past upto:
+	// that one is not skipped (a slot resumes with the first transaction
+	// whose commit record starts at or after its confirmed position), so
+	// Begin's commit LSN decides.
+	counting := false
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
+		}
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case 'B':
+			m, err := pglogrepl.Parse(data)
+			if err != nil {
+				return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
+			}
+			b, ok := m.(*pglogrepl.BeginMessage)
+			if !ok {
+				return 0, fmt.Errorf("%w: decode slot %q: unexpected message %T", ErrCannotCount, slot, m)
+			}
+			counting = upto == 0 || b.FinalLSN < upto
+		case 'I':
+			if counting {
+				n++
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
+	}
+	return n, nil
+}
+
+// tempSlotName is a fresh name for a temporary slot of slotctl's.
+func tempSlotName() (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("slotctl: name a temporary slot: %w", err)
+	}
+	return "slotctl_count_" + hex.EncodeToString(b[:]), nil
+}
+
+// Advance moves the slot named slot forward to to with
+// pg_replication_slot_advance and returns its new confirmed position. The
+// server does not move a slot past its current WAL position (see
+// CurrentWALLSN): the new position may be before to. Every event of a
+// transaction whose commit record starts before the new position is never
+// streamed from this slot (see CountEvents).
+//
+// Refusals: ErrAdvanceBackwards (naming the current position) if to is
+// before the slot's confirmed_flush_lsn; ErrSlotActive (naming the pid)
+// if a process streams from it. ErrSlotNotFound if it is missing.
+// The advance is one server call: if slotctl dies during it, the slot is
+// either where it was or at the new position, nothing in between.
+func Advance(ctx context.Context, conn Querier, slot string, to pglogrepl.LSN) (pglogrepl.LSN, error) {
+	s, err := Inspect(ctx, conn, slot)
+	if err != nil {
+		return 0, err
+	}
+	if err := CheckAdvance(s, to); err != nil {
+		return 0, err
+	}
+	var end string
+	err = conn.QueryRow(ctx, `SELECT end_lsn::text FROM pg_replication_slot_advance($1, $2::pg_lsn)`, slot, to.String()).Scan(&end)
+	switch sqlState(err) {
+	case "":
+		if err != nil {
+			return 0, fmt.Errorf("slotctl: advance slot %q to %s: %w", slot, to, err)
+		}
+		return pglogrepl.ParseLSN(end)
+	case codeObjectInUse: // became active since Inspect
+		return 0, slotActiveError(slot, 0, err)
+	case codeUndefinedObject:
+		return 0, fmt.Errorf("%w: slot %q: %w", ErrSlotNotFound, slot, err)
+	case codeInsufficientPrivilege:
+		return 0, fmt.Errorf("%w: advance slot %q: %w", ErrNoReplicationPrivilege, slot, err)
+	default:
+		return 0, fmt.Errorf("slotctl: advance slot %q to %s: %w", slot, to, err)
+	}
+}
+
+// CheckAdvance says whether slot s may be advanced to to: ErrSlotActive
+// while a process streams from it, ErrAdvanceBackwards if to is before its
+// confirmed_flush_lsn. Advance checks it again right before moving.
+func CheckAdvance(s SlotInfo, to pglogrepl.LSN) error {
+	if s.Active {
+		return fmt.Errorf("%w; nothing was advanced", slotActiveError(s.Name, s.ActivePID, nil))
+	}
+	if to < s.ConfirmedFlushLSN {
+		return fmt.Errorf("%w: slot %q is confirmed up to %s and %s is before it; give a position at or after %s "+
+			"(to stream older events again, use walbox replay from a trailing slot, or re-publish them from the outbox table)",
+			ErrAdvanceBackwards, s.Name, s.ConfirmedFlushLSN, to, s.ConfirmedFlushLSN)
+	}
+	return nil
+}
+
+// CopySlot copies the logical slot named src into a new permanent slot
+// named dst (pg_copy_logical_replication_slot) with the same plugin and
+// confirmed position, and returns the copy. Streaming from the copy starts
+// where src would resume; the copy retains WAL from src's restart_lsn on,
+// until it is dropped or consumed. ErrSlotExists if dst is taken;
+// ErrSlotNotFound if src is missing. One server call: if slotctl dies
+// during it, the copy either exists whole or not at all.
+func CopySlot(ctx context.Context, conn Querier, src, dst string) (SlotInfo, error) {
+	if err := ValidateSlotName(src); err != nil {
+		return SlotInfo{}, err
+	}
+	if err := ValidateSlotName(dst); err != nil {
+		return SlotInfo{}, err
+	}
+	if _, err := Inspect(ctx, conn, src); err != nil {
+		return SlotInfo{}, err
+	}
+	if _, err := Inspect(ctx, conn, dst); err == nil {
+		return SlotInfo{}, fmt.Errorf("%w: slot %q already exists; choose another name with --to, or drop it first (`slotctl drop --slot %s`)",
+			ErrSlotExists, dst, dst)
+	} else if !errors.Is(err, ErrSlotNotFound) {
+		return SlotInfo{}, err
+	}
+	_, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, false)`, src, dst)
+	switch sqlState(err) {
+	case "":
+		if err != nil {
+			return SlotInfo{}, fmt.Errorf("slotctl: copy slot %q to %q: %w", src, dst, err)
+		}
+		return Inspect(ctx, conn, dst)
+	case codeDuplicateObject: // created concurrently
+		return SlotInfo{}, fmt.Errorf("%w: slot %q: %w", ErrSlotExists, dst, err)
+	case codeUndefinedObject:
+		return SlotInfo{}, fmt.Errorf("%w: slot %q: %w", ErrSlotNotFound, src, err)
+	case codeConfigLimitExceeded:
+		return SlotInfo{}, fmt.Errorf("%w: all max_replication_slots are in use; drop unused ones or raise max_replication_slots and restart PostgreSQL: %w",
+			ErrNoReplicationSlots, err)
+	case codeInsufficientPrivilege:
+		return SlotInfo{}, fmt.Errorf("%w: copy slot %q: %w", ErrNoReplicationPrivilege, src, err)
+	default:
+		return SlotInfo{}, fmt.Errorf("slotctl: copy slot %q to %q: %w", src, dst, err)
+	}
+}
