@@ -293,7 +293,7 @@ var options = []*option{
 	{
 		flag: "snapshot", env: "WALBOX_SNAPSHOT", yaml: "snapshot", group: groupPostgres,
 		help: "When walbox creates the slot, also send the outbox rows committed before it, read in the slot's exported snapshot: " +
-			"none, pending (the rows --snapshot-where selects) or all; ignored once the slot exists",
+			"none, pending (the rows --snapshot-where selects) or all; ignored once the slot exists and its snapshot finished",
 		value: enumValue("MODE", func(c *Config) *string { return &c.Snapshot }, snapshot.Modes...),
 		check: func(c *Config) error { return snapshotCheck(snapshot.ParseMode(c.Snapshot)) },
 	},

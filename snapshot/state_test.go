@@ -193,3 +193,21 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestTakeoverSlotWithoutLSN: a process that died after creating the slot
+// and before recording its consistent point; nothing streamed from the
+// slot, so the next takeover drops it and takes the snapshot again.
+func TestTakeoverSlotWithoutLSN(t *testing.T) {
+	e := newStateEnv(t)
+	e.exec(`CREATE PUBLICATION walbox FOR TABLE public.outbox WITH (publish = 'insert')`)
+	e.exec(`COMMENT ON PUBLICATION walbox IS '` + snapshot.SnapshotMarker("walbox") + `'`)
+	e.exec(`SELECT pg_create_logical_replication_slot('walbox', 'pgoutput')`)
+	c := &capture{}
+	res, err := e.takeover(c)
+	if err != nil || !res.Taken || !res.Redone || res.Stats.Produced != 20 {
+		t.Fatalf("takeover: %+v, %v; want the slot recreated and 20 rows sent", res, err)
+	}
+	if got := e.comment(); got != "" {
+		t.Fatalf("comment %q after the takeover, want none", got)
+	}
+}
