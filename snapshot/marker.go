@@ -81,7 +81,7 @@ func setComment(ctx context.Context, conn querier, pub, comment string) error {
 }
 
 // Pending reports whether publication pub carries slot's snapshot marker:
-// a takeover began and did not finish. `walbox run` without --snapshot
+// a takeover began and did not finish. A missing publication is false. `walbox run` without --snapshot
 // refuses to stream then (see PendingError).
 func Pending(ctx context.Context, connString, pub, slot string) (bool, error) {
 	conn, err := pgx.Connect(ctx, connString)
@@ -89,9 +89,15 @@ func Pending(ctx context.Context, connString, pub, slot string) (bool, error) {
 		return false, fmt.Errorf("snapshot: connect to postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
-	comment, err := publicationComment(ctx, conn, pub)
+	var comment string
+	err = conn.QueryRow(ctx, `
+SELECT COALESCE(obj_description(p.oid, 'pg_publication'), '')
+FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // a first start: nothing began
+	}
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("snapshot: read the comment of publication %q: %w", pub, err)
 	}
 	return parseMarker(comment, slot).present, nil
 }

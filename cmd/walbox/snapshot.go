@@ -24,18 +24,20 @@ import (
 func setupSlotOrTakeover(ctx context.Context, cfg config.Config, rt *router.Router, producer snapshot.Producer, log *slog.Logger) (slotctl.SlotInfo, error) {
 	scfg := cfg.SnapshotConfig()
 	if scfg.Mode == snapshot.ModeNone {
-		slot, err := setupSlot(ctx, cfg, rt, log)
+		// Checked first, so that a missing slot under an unfinished
+		// snapshot is explained as such, not as a vanished slot.
+		pub, slot := cfg.SlotctlConfig().WithDefaults().Publication, cfg.SlotctlConfig().WithDefaults().Slot
+		err := retryPostgres(ctx, cfg, log, func() error {
+			pending, err := snapshot.Pending(ctx, cfg.PGDSN, pub, slot)
+			if err == nil && pending {
+				return snapshot.PendingError(pub, slot)
+			}
+			return err
+		})
 		if err != nil {
-			return slot, err
+			return slotctl.SlotInfo{}, err
 		}
-		pending, err := snapshot.Pending(ctx, cfg.PGDSN, cfg.SlotctlConfig().WithDefaults().Publication, slot.Name)
-		if err != nil {
-			return slot, err
-		}
-		if pending {
-			return slot, snapshot.PendingError(cfg.SlotctlConfig().WithDefaults().Publication, slot.Name)
-		}
-		return slot, nil
+		return setupSlot(ctx, cfg, rt, log)
 	}
 	return takeover(ctx, cfg, scfg, rt, producer, log)
 }
@@ -109,4 +111,24 @@ func connectOrdinary(ctx context.Context, dsn string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
 	return conn, nil
+}
+
+// retryPostgres runs f until it succeeds, fails for good or ctx ends,
+// retrying while pipeline.IsRetryable says Postgres is only unreachable.
+func retryPostgres(ctx context.Context, cfg config.Config, log *slog.Logger, f func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || ctx.Err() != nil || !pipeline.IsRetryable(err) {
+			return err
+		}
+		delay := pipeline.Backoff(attempt, cfg.ReconnectBackoffMin, cfg.ReconnectBackoffMax)
+		log.Warn("postgres not reachable, retrying", "err", err, "retry_in", delay.String(), "attempt", attempt+1)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("stopped while waiting for postgres: %w", ctx.Err())
+		}
+	}
 }
