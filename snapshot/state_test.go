@@ -180,6 +180,17 @@ func TestTakeoverMarkerWithoutSlot(t *testing.T) {
 	if _, err := e.takeover(&capture{}); !errors.Is(err, slotctl.ErrSlotVanished) {
 		t.Fatalf("takeover with a vanished slot: %v, want ErrSlotVanished", err)
 	}
+	// --create-slot: the operator says creating it is right; the takeover
+	// then creates it with a snapshot.
+	res, err = snapshot.Takeover(e.ctx, snapshot.Options{
+		ConnString: e.dsn,
+		Slotctl:    slotctl.Config{CreateMissing: true},
+		Snapshot:   snapshot.Config{Mode: snapshot.ModeAll, Order: []string{"id"}},
+		Router:     e.rt, Producer: &capture{},
+	})
+	if err != nil || !res.Taken || res.Stats.Produced != 30 {
+		t.Fatalf("takeover with --create-slot: %+v, %v; want the slot created and all 30 rows sent", res, err)
+	}
 }
 
 func atoi(t *testing.T, s string) int {
