@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/internal/faultproxy"
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
@@ -109,6 +110,44 @@ func TestCutoverFromPollingRelay(t *testing.T) {
 		}
 	})
 
+	// Postgres connections reset during the snapshot: walbox retries in
+	// the same process, and the retry takes the snapshot again from the
+	// start (at least once, in order) instead of streaming past it.
+	t.Run("postgres connection reset during snapshot", func(t *testing.T) {
+		c := newCutover(t, brokers, "cutreset", 30000)
+		c.relay(t, 2000)
+		proxy, err := faultproxy.Start(fmt.Sprintf("127.0.0.1:%d", c.port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = proxy.Close() })
+		env := append(append([]string(nil), c.env...),
+			fmt.Sprintf("WALBOX_PG_DSN=postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=5", proxy.Addr()),
+			"WALBOX_MAX_INFLIGHT_RECORDS=50", "WALBOX_PRODUCER_LINGER=20ms")
+		p := startWalbox(t, env, c.args...)
+		target := c.relayed + 2000
+		waitUntil(c.ctx, t, 2*time.Minute, "snapshot records to arrive", func() bool {
+			if p.exited() {
+				t.Fatalf("walbox exited: %v", p.err)
+			}
+			return c.col.distinct() >= target
+		})
+		proxy.Drop()
+		time.Sleep(500 * time.Millisecond) // the outage's length, not synchronisation
+		proxy.Restore()
+		if strings.Contains(p.stderr.String(), "snapshot: finished") {
+			t.Fatal("the snapshot finished before the reset (raise the backlog)")
+		}
+		c.waitLog(t, p, "dropped its slot")
+		c.waitLog(t, p, "snapshot: finished")
+		c.w.halt()
+		rep := c.waitAll(t, true)
+		t.Logf("after a connection reset during the snapshot: %v", rep)
+		if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+			t.Fatalf("walbox exited %d after SIGTERM", code)
+		}
+	})
+
 	// The old relay is still running when walbox starts and until its
 	// snapshot finished: rows the relay marks sent after the snapshot was
 	// taken are sent by both (duplicates), nothing is lost, and each
@@ -192,6 +231,7 @@ type cutover struct {
 	col     *collector
 	relayed int
 	backlog int // the first backlog events were written before anything ran
+	port    int // Postgres's port
 }
 
 func newCutover(t *testing.T, brokers []string, prefix string, backlog int) *cutover {
@@ -214,7 +254,7 @@ func newCutover(t *testing.T, brokers []string, prefix string, backlog int) *cut
 		}
 	}
 	c := &cutover{
-		ctx: ctx, dsn: dsn, brokers: brokers, prefix: prefix, backlog: backlog,
+		ctx: ctx, dsn: dsn, brokers: brokers, prefix: prefix, backlog: backlog, port: pg.Port(),
 		env: []string{
 			"WALBOX_PG_DSN=" + dsn,
 			"WALBOX_KAFKA_BROKERS=" + strings.Join(brokers, ","),
