@@ -10,6 +10,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/snapshot"
 )
 
 // Columns names the outbox table's columns that walbox reads; it is the
@@ -126,6 +127,16 @@ type Config struct {
 	LogLevel string
 	// LogFormat is json (default) or text.
 	LogFormat string
+
+	// Snapshot is the takeover mode (package snapshot): "none" (default),
+	// "pending" or "all". It applies only on the start that creates the slot.
+	Snapshot string
+	// SnapshotWhere selects the pending rows; required with "pending",
+	// refused otherwise. Default "".
+	SnapshotWhere string
+	// SnapshotOrder lists the columns the snapshot is read in, comma-separated;
+	// "" (default) means Columns.ID.
+	SnapshotOrder string
 }
 
 // defaultDedupWindow is walbox's dedup window while pipeline.DefaultConfig
@@ -161,6 +172,7 @@ func Defaults() Config {
 		ClientID:              "walbox",
 		LogLevel:              "info",
 		LogFormat:             "json",
+		Snapshot:              string(snapshot.ModeNone),
 	}
 }
 
@@ -234,4 +246,12 @@ func (c Config) TableName() (schema, table string) {
 		return s, t
 	}
 	return "public", c.Table
+}
+
+// SnapshotConfig returns the takeover settings, parsed; call it on a
+// validated Config.
+func (c Config) SnapshotConfig() snapshot.Config {
+	mode, _ := snapshot.ParseMode(c.Snapshot)
+	order, _ := snapshot.ParseOrder(c.SnapshotOrder, c.Columns.ID)
+	return snapshot.Config{Mode: mode, Where: strings.TrimSpace(c.SnapshotWhere), Order: order}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/snapshot"
 )
 
 // This file declares every option exactly once: its flag, environment
@@ -287,6 +288,45 @@ var options = []*option{
 		value: enumValue("FORMAT", func(c *Config) *string { return &c.LogFormat }, logFormats...),
 		check: func(c *Config) error { return checkEnum(c.LogFormat, logFormats...) },
 	},
+
+	// Takeover from a polling relay (package snapshot validates).
+	{
+		flag: "snapshot", env: "WALBOX_SNAPSHOT", yaml: "snapshot", group: groupPostgres,
+		help: "When walbox creates the slot, also send the outbox rows committed before it, read in the slot's exported snapshot: " +
+			"none, pending (the rows --snapshot-where selects) or all; ignored once the slot exists and its snapshot finished",
+		value: enumValue("MODE", func(c *Config) *string { return &c.Snapshot }, snapshot.Modes...),
+		check: func(c *Config) error { return snapshotCheck(snapshot.ParseMode(c.Snapshot)) },
+	},
+	{
+		flag: "snapshot-where", env: "WALBOX_SNAPSHOT_WHERE", yaml: "snapshot_where", group: groupPostgres,
+		help:  "SQL condition selecting the rows the old relay has not sent, such as \"sent_at IS NULL\"; required with --snapshot pending",
+		value: stringValue("SQL", func(c *Config) *string { return &c.SnapshotWhere }),
+		check: func(c *Config) error {
+			m, err := snapshot.ParseMode(c.Snapshot)
+			if err != nil {
+				return nil // reported under --snapshot
+			}
+			return snapshotCheck(m, snapshot.CheckWhere(m, c.SnapshotWhere))
+		},
+	},
+	{
+		flag: "snapshot-order", env: "WALBOX_SNAPSHOT_ORDER", yaml: "snapshot_order", group: groupPostgres,
+		help: "Columns, comma-separated, in whose ascending order the snapshot's rows are sent; they must follow each aggregate's commit order " +
+			"(a bigserial id, or created_at,id); empty means the --column-id column",
+		value: stringValue("COLUMNS", func(c *Config) *string { return &c.SnapshotOrder }),
+		check: func(c *Config) error {
+			_, err := snapshot.ParseOrder(c.SnapshotOrder, c.Columns.ID)
+			return snapshotCheck("", err)
+		},
+	},
+}
+
+// snapshotCheck turns an error of package snapshot into a check error.
+func snapshotCheck[T any](_ T, err error) error {
+	if err == nil {
+		return nil
+	}
+	return badf("%s", strings.TrimPrefix(err.Error(), snapshot.ErrInvalidConfig.Error()+": "))
 }
 
 // Accepted values of the enumerated options.

@@ -92,6 +92,7 @@ func TestEveryFieldHasAnOption(t *testing.T) {
 		"DSN": "host=other", "LIST": "other:1", "NAME": "other", "DURATION": "7s",
 		"SIZE": "7KiB", "N": "7", "TEMPLATE": "other", "MODE": "dead-letter", "ADDR": ":7",
 		"LEVEL": "debug", "FORMAT": "text", "BOOL": "true",
+		"SQL": "sent_at IS NULL", "COLUMNS": "created_at,id",
 	}
 	changed := map[string]string{} // field -> flag
 	base := Defaults()

@@ -43,14 +43,6 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	slot, err := setupSlot(ctx, cfg, rt, log)
-	if err != nil {
-		if ctx.Err() != nil { // stopped while waiting for Postgres
-			return nil
-		}
-		return err
-	}
-
 	batchMax := effectiveBatchMax(ctx, cfg, log)
 	// Each topic's max.message.bytes, looked up when the topic is first
 	// seen: the relay refuses an oversized record before producing it, in
@@ -68,6 +60,16 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		return err
 	}
 	defer kcl.Close()
+
+	// After the Kafka client: a takeover (--snapshot) produces the
+	// snapshot's rows with it before streaming starts.
+	slot, err := setupSlotOrTakeover(ctx, cfg, rt, kcl, log)
+	if err != nil {
+		if ctx.Err() != nil { // stopped while waiting for Postgres
+			return nil
+		}
+		return err
+	}
 
 	pcfg := cfg.PipelineConfig()
 	pcfg.MaxBatchBytes = batchMax

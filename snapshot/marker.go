@@ -1,0 +1,114 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SnapshotMarker returns the comment a takeover keeps on the publication
+// while the snapshot for slot is not finished: "walbox: slot <slot>
+// snapshot pending". Once the slot exists the marker goes on with
+// " from <LSN>", the slot's consistent point.
+func SnapshotMarker(slot string) string { return "walbox: slot " + slot + " snapshot pending" }
+
+// marker is a parsed snapshot marker.
+type marker struct {
+	present bool
+	from    pglogrepl.LSN // 0 when not recorded yet
+}
+
+// parseMarker reads comment as slot's snapshot marker.
+func parseMarker(comment, slot string) marker {
+	base := SnapshotMarker(slot)
+	if comment == base {
+		return marker{present: true}
+	}
+	if rest, ok := strings.CutPrefix(comment, base+" from "); ok {
+		if lsn, err := pglogrepl.ParseLSN(rest); err == nil {
+			return marker{present: true, from: lsn}
+		}
+		return marker{present: true}
+	}
+	return marker{}
+}
+
+// querier is an ordinary (non-replication) session.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// publicationComment returns the publication's comment, "" for none.
+func publicationComment(ctx context.Context, conn querier, pub string) (string, error) {
+	var comment string
+	err := conn.QueryRow(ctx, `
+SELECT COALESCE(obj_description(p.oid, 'pg_publication'), '')
+FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("snapshot: publication %q does not exist", pub)
+	}
+	if err != nil {
+		return "", fmt.Errorf("snapshot: read the comment of publication %q: %w", pub, err)
+	}
+	return comment, nil
+}
+
+// setComment sets the publication's comment ("" removes it). Only the
+// publication's owner may.
+func setComment(ctx context.Context, conn querier, pub, comment string) error {
+	lit := "NULL"
+	if comment != "" {
+		lit = "'" + strings.ReplaceAll(comment, "'", "''") + "'"
+	}
+	_, err := conn.Exec(ctx, "COMMENT ON PUBLICATION "+pgx.Identifier{pub}.Sanitize()+" IS "+lit)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("%w: only the owner of publication %q may comment on it, and the takeover records there whether its snapshot finished; "+
+			"start walbox with --snapshot once as the publication's owner (the owner of the outbox table), "+
+			"or have the owner run ALTER PUBLICATION %s OWNER TO <walbox's role>: %w",
+			ErrMarkerPrivilege, pub, pgx.Identifier{pub}.Sanitize(), err)
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot: comment on publication %q: %w", pub, err)
+	}
+	return nil
+}
+
+// Pending reports whether publication pub carries slot's snapshot marker:
+// a takeover began and did not finish. A missing publication is false. `walbox run` without --snapshot
+// refuses to stream then (see PendingError).
+func Pending(ctx context.Context, connString, pub, slot string) (bool, error) {
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return false, fmt.Errorf("snapshot: connect to postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var comment string
+	err = conn.QueryRow(ctx, `
+SELECT COALESCE(obj_description(p.oid, 'pg_publication'), '')
+FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // a first start: nothing began
+	}
+	if err != nil {
+		return false, fmt.Errorf("snapshot: read the comment of publication %q: %w", pub, err)
+	}
+	return parseMarker(comment, slot).present, nil
+}
+
+// PendingError is ErrSnapshotPending for a start without --snapshot that
+// found the marker: streaming now would send the slot's events before the
+// snapshot's older rows of the same aggregates.
+func PendingError(pub, slot string) error {
+	return fmt.Errorf("%w: publication %q says %q: a start with --snapshot created slot %q and was stopped before every snapshot row was acknowledged by Kafka. "+
+		"Streaming now would send newer events before older pending rows of the same aggregates. "+
+		"Start walbox again with the same --snapshot, --snapshot-where and --snapshot-order to take the snapshot again (rows already sent are sent again, in order); "+
+		"or, to give the snapshot up (pending rows not yet sent will NOT be sent), as the publication's owner run COMMENT ON PUBLICATION %s IS NULL",
+		ErrSnapshotPending, pub, SnapshotMarker(slot), slot, pgx.Identifier{pub}.Sanitize())
+}
