@@ -60,9 +60,9 @@ type RangeNotCoveredError struct {
 }
 
 func (e *RangeNotCoveredError) Error() string {
-	when := "no transaction after it up to the end of the range, so the earliest replayable time is unknown; give --from as an LSN"
+	when := "no transaction after it yet, so the earliest replayable time is unknown: give --from as an LSN at or after " + e.Earliest.String()
 	if !e.EarliestTime.IsZero() {
-		when = "the first transaction it holds committed at " + e.EarliestTime.UTC().Format(time.RFC3339Nano)
+		when = "the first of them committed at " + e.EarliestTime.UTC().Format(time.RFC3339Nano)
 	}
 	return fmt.Sprintf("%v: --from %s: %s; trailing slot %q holds transactions committed from LSN %s on (%s); "+
 		"replay a later range, or keep a longer --replay-window for next time",
@@ -489,9 +489,12 @@ func (r *rangeReplay) handleCopyData(data []byte) error {
 		}
 		// Outside a transaction, the server has sent every transaction
 		// whose commit record starts before its position.
-		if !r.dec.InTransaction() && (ka.ServerWALEnd > r.end || ka.ServerWALEnd >= r.current) {
+		// The check of the range's start may need the first transaction
+		// the slot holds, which may come after the end of the range.
+		if !r.dec.InTransaction() && (ka.ServerWALEnd >= r.current || ka.ServerWALEnd > r.end && !r.needsFirst()) {
 			r.received = max(r.received, ka.ServerWALEnd)
 			r.done = true
+			r.log.Debug("the server passed the end of the replay", "lsn", ka.ServerWALEnd.String(), "end_lsn", r.end.String())
 		}
 		return nil
 	case pglogrepl.XLogDataByteID:
@@ -512,12 +515,12 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	}
 	switch m := msg.(type) {
 	case *decoder.Begin:
-		if r.pastEnd(m.CommitLSN, m.CommitTime) {
-			r.done = true
-			return r.checkStart(m)
-		}
 		if err := r.checkStart(m); err != nil {
 			return err
+		}
+		if r.pastEnd(m.CommitLSN, m.CommitTime) {
+			r.done = true
+			return nil
 		}
 		r.inRange = r.cfg.Range.Contains(m.CommitLSN, m.CommitTime)
 		r.txnEvents = 0
@@ -547,6 +550,13 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	return nil
 }
 
+// needsFirst reports whether checkStart still waits for the first
+// transaction the slot holds: for a --from TIME, or to name the earliest
+// replayable time when a --from LSN is refused.
+func (r *rangeReplay) needsFirst() bool {
+	return !r.checked && (!r.cfg.Range.FromTime.IsZero() || r.cfg.Range.FromLSN < r.res.Start)
+}
+
 // checkStart checks, at the first transaction the slot sends (first; nil
 // when the stream ended before any), that the range does not begin before
 // what the trailing slot holds.
@@ -571,7 +581,7 @@ func (r *rangeReplay) checkStart(first *decoder.Begin) error {
 		// streamed; one of them may have committed after --from unless
 		// --from is at or after the first transaction the slot holds.
 		if first == nil {
-			return refuse("the trailing slot holds no transaction up to the end of the replay, so whether it covers that time cannot be told")
+			return refuse("whether that time is covered cannot be told without a transaction the trailing slot holds")
 		}
 		if rg.FromTime.Before(first.CommitTime) {
 			return refuse("that time is before the first transaction the trailing slot holds; earlier transactions may be gone")

@@ -114,11 +114,11 @@ func TestCheckStart(t *testing.T) {
 		wantErr string
 	}{
 		{name: "LSN at the slot", rg: Range{FromLSN: 100}, first: first},
-		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: "holds transactions committed from LSN 0/64 on (the first transaction it holds committed at 2026-11-30T21:00:00Z)"},
+		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: "holds transactions committed from LSN 0/64 on (the first of them committed at 2026-11-30T21:00:00Z)"},
 		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "earliest replayable time is unknown"},
 		{name: "time at the first transaction", rg: Range{FromTime: first.CommitTime}, first: first},
 		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "2026-11-30T21:00:00Z"},
-		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "cannot be told"},
+		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "give --from as an LSN at or after 0/64"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &rangeReplay{cfg: ReplayConfig{Slot: "walbox_replay", Range: tt.rg, From: "x"}, res: &ReplayResult{Start: 100}}
