@@ -24,7 +24,9 @@ import (
 // finds it and keeps it (it is then simply older than the window).
 //
 // An existing slot of that name that is not a persistent pgoutput slot of
-// this database is ErrSlotMismatch: walbox does not touch it.
+// this database is ErrSlotMismatch: walbox does not touch it. An
+// invalidated one is slotctl.ErrSlotLost: it is left for the operator to
+// drop (the error says so), and recreated once dropped.
 func EnsureSlot(ctx context.Context, conn slotctl.Querier, slot, replaySlot string) (info slotctl.SlotInfo, created bool, err error) {
 	info, err = inspectTrailing(ctx, conn, replaySlot)
 	if err == nil || !errors.Is(err, slotctl.ErrSlotNotFound) {
@@ -37,8 +39,10 @@ func EnsureSlot(ctx context.Context, conn slotctl.Querier, slot, replaySlot stri
 		// Created concurrently (another walbox on the same slots): use it.
 	case errors.As(err, &pgErr) && pgErr.Code == "42704":
 		return info, false, fmt.Errorf("%w: cannot create trailing slot %q as a copy of slot %q: %v", ErrLiveSlotMissing, replaySlot, slot, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "53400":
+		return info, false, fmt.Errorf("create trailing slot %q as a copy of slot %q: %w; raise max_replication_slots by one for it", replaySlot, slot, err)
 	case err != nil:
-		return info, false, fmt.Errorf("create trailing slot %q as a copy of slot %q: %w (is max_replication_slots large enough for one more slot?)", replaySlot, slot, err)
+		return info, false, fmt.Errorf("create trailing slot %q as a copy of slot %q: %w", replaySlot, slot, err)
 	default:
 		created = true
 	}
@@ -59,6 +63,14 @@ func inspectTrailing(ctx context.Context, conn slotctl.Querier, replaySlot strin
 		return info, fmt.Errorf("%w: slot %q exists but is a %s slot (plugin %q, database %q, temporary %t), not a persistent %s slot of database %q; "+
 			"give --replay-slot another name, or drop that slot if it is a leftover",
 			ErrSlotMismatch, replaySlot, info.SlotType, info.Plugin, info.Database, info.Temporary, slotctl.Plugin, db)
+	}
+	if info.WALStatus == "lost" || info.InvalidationReason != "" {
+		// Not dropped by walbox: the operator should learn that the
+		// window was not kept (max_slot_wal_keep_size). Once dropped,
+		// the keeper creates a new one by itself.
+		return info, fmt.Errorf("%w: trailing slot %q was invalidated (wal_status %q, reason %q: max_slot_wal_keep_size is smaller than the WAL of the window), "+
+			"so the window is not replayable; drop it (slotctl drop --slot %s) and walbox creates a new one, and raise max_slot_wal_keep_size or lower --replay-window",
+			slotctl.ErrSlotLost, replaySlot, info.WALStatus, info.InvalidationReason, replaySlot)
 	}
 	return info, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
+	"github.com/walbox/walbox/slotctl"
 )
 
 var shared pgtest.Shared
@@ -257,5 +260,61 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMaxSlotWALKeepSizeInvalidatesTrailingSlot: with max_slot_wal_keep_size
+// smaller than the WAL of the window, the server invalidates the trailing
+// slot at a checkpoint; EnsureSlot then reports it (ErrSlotLost, with the
+// fix) instead of pretending the window is kept, and recreates it once the
+// operator dropped it.
+func TestMaxSlotWALKeepSizeInvalidatesTrailingSlot(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.WithSetting("max_slot_wal_keep_size", "32MB"))
+	ctx := ctxT(t)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	e := env{dsn: srv.DSN("postgres"), conn: conn, live: "live", tr: "live_replay"}
+	e.exec(t, `CREATE TABLE w (v int)`)
+	e.exec(t, `SELECT pg_create_logical_replication_slot('live', 'pgoutput')`)
+	if _, _, err := retention.EnsureSlot(ctx, conn, e.live, e.tr); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		// The live slot keeps up (a checkpoint logs the running
+		// transactions that let its restart_lsn move); the trailing one
+		// does not move.
+		e.write(t)
+		for range 2 {
+			e.exec(t, `CHECKPOINT`)
+			e.confirmLive(t, e.write(t))
+		}
+		e.exec(t, `SELECT pg_switch_wal()`)
+	}
+	e.confirmLive(t, e.write(t))
+	e.exec(t, `CHECKPOINT`)
+	var status string
+	if err := conn.QueryRow(ctx, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, e.tr).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "lost" {
+		t.Fatalf("trailing slot wal_status %q after 5 WAL segments with max_slot_wal_keep_size = 32MB, want lost", status)
+	}
+	_, _, err = retention.EnsureSlot(ctx, conn, e.live, e.tr)
+	if !errors.Is(err, slotctl.ErrSlotLost) || !strings.Contains(err.Error(), "max_slot_wal_keep_size") {
+		t.Fatalf("EnsureSlot on a lost trailing slot: %v, want ErrSlotLost naming max_slot_wal_keep_size", err)
+	}
+	// walbox replay refuses it too, naming the fix.
+	_, err = pipeline.Replay(ctx, pipeline.ReplayConfig{ConnString: e.dsn, Publication: "p", Slot: e.tr, DryRun: true,
+		Range: pipeline.Range{FromLSN: 1}}, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if !errors.Is(err, slotctl.ErrSlotLost) || !strings.Contains(err.Error(), "slotctl drop --slot live_replay") {
+		t.Fatalf("replay from a lost trailing slot: %v, want ErrSlotLost with the fix", err)
+	}
+	e.exec(t, `SELECT pg_drop_replication_slot('live_replay')`)
+	info, created, err := retention.EnsureSlot(ctx, conn, e.live, e.tr)
+	if err != nil || !created || info.ConfirmedFlushLSN != e.confirmed(t, e.live) {
+		t.Fatalf("EnsureSlot after the drop: created %t at %s, %v; want a new copy of the live slot", created, info.ConfirmedFlushLSN, err)
 	}
 }
