@@ -376,3 +376,53 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// TestReplayWindowSurvivesSIGKILL: walbox run --replay-window is killed
+// (SIGKILL) several times while a writer commits and the trailing slot is
+// being advanced; sampled all along and after every kill, the trailing slot
+// never passes the live slot and never moves backwards, and after each
+// restart (empty history) it advances again.
+func TestReplayWindowSurvivesSIGKILL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := newFixture(t, kfakeBrokers(t))
+	conn, err := pgx.Connect(ctx, f.pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	e := &replayEnv{fixture: f, conn: conn}
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 11, 20, 10, 1<<30, 5*time.Millisecond)
+	defer w.halt()
+
+	var last pglogrepl.LSN
+	check := func(when string) pglogrepl.LSN {
+		t.Helper()
+		tr := e.slotLSN(t, "walbox_replay") // read first: the live slot only grows
+		live := e.slotLSN(t, "walbox")
+		if tr > live {
+			t.Fatalf("%s: trailing slot %s is past the live slot %s", when, tr, live)
+		}
+		if tr < last {
+			t.Fatalf("%s: trailing slot went backwards from %s to %s", when, last, tr)
+		}
+		last = tr
+		return tr
+	}
+	for round := range 3 {
+		p := startWalbox(t, append(f.env, "WALBOX_REPLAY_WINDOW=1s"))
+		waitUntil(ctx, t, time.Minute, "the trailing slot", func() bool { return e.slotLSN(t, "walbox_replay") != 0 })
+		before := check(fmt.Sprintf("round %d, started", round))
+		waitUntil(ctx, t, time.Minute, fmt.Sprintf("round %d: the trailing slot to advance", round), func() bool {
+			return check(fmt.Sprintf("round %d, running", round)) > before
+		})
+		// Kill it at some point of its advancing cycle (1s).
+		time.Sleep(time.Duration(300*round) * time.Millisecond) // varies the moment of the kill, not synchronisation
+		p.kill()
+		check(fmt.Sprintf("round %d, after SIGKILL", round))
+	}
+	w.halt()
+	if _, err := w.snapshot(); err != nil {
+		t.Fatal(err)
+	}
+}
