@@ -126,10 +126,10 @@ type ReplayConfig struct {
 	Publication string
 	// Slot is the trailing slot to copy (never streamed from or moved).
 	Slot string
-	// Tables, MessagePrefix and DeadLetterTopic are as in Config.
-	Tables          []string
-	MessagePrefix   string
-	DeadLetterTopic string
+	// Tables and MessagePrefix are as in Config. Invalid rows follow the
+	// router's policy (dead-lettered or an error), as in walbox run.
+	Tables        []string
+	MessagePrefix string
 	// Range selects the transactions replayed. Replay ends after its
 	// upper bound, and at the latest at the server's WAL position when
 	// Replay started.

@@ -132,18 +132,17 @@ func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipel
 	log := newLogger(cfg, stderr)
 	pcfg := cfg.PipelineConfig()
 	rcfg := pipeline.ReplayConfig{
-		ConnString:      cfg.PGDSN,
-		Publication:     cfg.Publication,
-		Slot:            cfg.ReplaySlotName(),
-		Tables:          pcfg.Tables,
-		MessagePrefix:   cfg.MessagePrefix,
-		DeadLetterTopic: pcfg.DeadLetterTopic,
-		Range:           rg,
-		From:            o.From,
-		DryRun:          o.DryRun,
-		ReceiveTimeout:  cfg.PGReceiveTimeout,
-		StatusInterval:  cfg.StatusInterval,
-		Progress:        func(p pipeline.ReplayProgress) { writeProgress(stderr, p) },
+		ConnString:     cfg.PGDSN,
+		Publication:    cfg.Publication,
+		Slot:           cfg.ReplaySlotName(),
+		Tables:         pcfg.Tables,
+		MessagePrefix:  cfg.MessagePrefix,
+		Range:          rg,
+		From:           o.From,
+		DryRun:         o.DryRun,
+		ReceiveTimeout: cfg.PGReceiveTimeout,
+		StatusInterval: cfg.StatusInterval,
+		Progress:       func(p pipeline.ReplayProgress) { writeProgress(stderr, p) },
 	}
 	var producer pipeline.Producer
 	if !o.DryRun {
