@@ -308,9 +308,11 @@ func checkTrailingSlot(ctx context.Context, conn *pgconn.PgConn, slot string) er
 	}
 	plugin, typ, walStatus, sameDB := rows[0][0], rows[0][1], rows[0][2], rows[0][3] == "t"
 	switch {
-	case typ != "logical" || plugin != slotctl.Plugin || !sameDB:
-		return fmt.Errorf("%w: slot %q is a %s slot with plugin %q%s, not walbox's trailing pgoutput slot of this database; check --replay-slot",
-			slotctl.ErrSlotMismatch, slot, typ, plugin, map[bool]string{false: " of another database", true: ""}[sameDB])
+	case !sameDB:
+		return fmt.Errorf("%w: slot %q belongs to another database, not to the one --pg-dsn names; check --pg-dsn and --replay-slot", slotctl.ErrSlotMismatch, slot)
+	case typ != "logical" || plugin != slotctl.Plugin:
+		return fmt.Errorf("%w: slot %q is a %s slot with plugin %q, not walbox's trailing pgoutput slot; check --replay-slot",
+			slotctl.ErrSlotMismatch, slot, typ, plugin)
 	case walStatus == "lost":
 		return fmt.Errorf("%w: trailing slot %q lost its WAL (wal_status lost; max_slot_wal_keep_size removed it), so nothing can be replayed from it; "+
 			"drop it (slotctl drop --slot %s) and walbox run --replay-window creates a new one", slotctl.ErrSlotLost, slot, slot)
@@ -617,7 +619,9 @@ func (r *rangeReplay) replayInsert(ins *decoder.Insert) error {
 		r.mu.Unlock()
 		return nil
 	}
-	r.producer.Produce(context.WithoutCancel(context.Background()), rec, r.settle)
+	// Never cancelled: a record once handed over is waited for (Flush), so
+	// the counts are what Kafka acknowledged.
+	r.producer.Produce(context.Background(), rec, r.settle)
 	return nil
 }
 
