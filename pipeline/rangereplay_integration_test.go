@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -135,6 +136,17 @@ func TestReplayBoundsAreCommitLSNsInclusive(t *testing.T) {
 				t.Error("no progress reported")
 			}
 		})
+	}
+	// Refusals before anything is copied.
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('td', 'test_decoding')`); err != nil {
+		t.Fatal(err)
+	}
+	for slot, want := range map[string]error{"td": slotctl.ErrSlotMismatch, "nosuch": pipeline.ErrNoTrailingSlot} {
+		_, err := pipeline.Replay(ctx, pipeline.ReplayConfig{ConnString: srv.DSN("postgres"), Publication: "walbox", Slot: slot,
+			Range: pipeline.Range{FromLSN: 1}, DryRun: true}, nil, rt, testLogger(t))
+		if !errors.Is(err, want) {
+			t.Errorf("replay from slot %s: %v, want %v", slot, err, want)
+		}
 	}
 	var temporary int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE temporary`).Scan(&temporary); err != nil || temporary != 0 {
