@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
@@ -137,7 +138,18 @@ type Config struct {
 	// SnapshotOrder lists the columns the snapshot is read in, comma-separated;
 	// "" (default) means Columns.ID.
 	SnapshotOrder string
+	// ReplayWindow, when > 0, makes walbox run keep a trailing slot
+	// (ReplaySlot) about this far behind the live slot, for walbox replay.
+	// Default 0: off.
+	ReplayWindow time.Duration
+	// ReplaySlot is the trailing slot's name; "" means "<slot>_replay"
+	// (see ReplaySlotName).
+	ReplaySlot string
 }
+
+// ReplaySlotName returns the trailing slot's name: ReplaySlot, or
+// "<slot>_replay".
+func (c Config) ReplaySlotName() string { return retention.SlotName(c.Slot, c.ReplaySlot) }
 
 // defaultDedupWindow is walbox's dedup window while pipeline.DefaultConfig
 // states none (0 there means disabled, so it cannot be a default).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
@@ -319,6 +320,19 @@ var options = []*option{
 			return snapshotCheck("", err)
 		},
 	},
+	{
+		flag: "replay-window", env: "WALBOX_REPLAY_WINDOW", yaml: "replay_window", group: groupOperations,
+		help: "Keep a trailing slot (--replay-slot) about this far behind the live slot, so walbox replay can stream that window again; " +
+			"its WAL and catalog rows stay on the server; 0 disables",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ReplayWindow }),
+		check: func(c *Config) error { return checkReplay(c, c.ReplayWindow < 0) },
+	},
+	{
+		flag: "replay-slot", env: "WALBOX_REPLAY_SLOT", yaml: "replay_slot", group: groupOperations,
+		help:  "Name of the trailing slot kept by --replay-window and read by walbox replay; empty means <slot>_replay",
+		value: stringValue("NAME", func(c *Config) *string { return &c.ReplaySlot }),
+		check: func(c *Config) error { return checkReplay(c, c.ReplayWindow >= 0) },
+	},
 }
 
 // snapshotCheck turns an error of package snapshot into a check error.
@@ -327,6 +341,25 @@ func snapshotCheck[T any](_ T, err error) error {
 		return nil
 	}
 	return badf("%s", strings.TrimPrefix(err.Error(), snapshot.ErrInvalidConfig.Error()+": "))
+}
+
+// checkReplay reports retention.Validate's verdict on the replay options
+// under one of them: the window's problem under --replay-window (mine is
+// true there when the window is negative), a name's under --replay-slot.
+func checkReplay(c *Config, mine bool) error {
+	if !mine {
+		return nil
+	}
+	if c.ReplaySlot == "" && (c.ReplayWindow == 0 || slotctl.ValidateSlotName(c.Slot) != nil) {
+		// The default name is checked where it is used (walbox replay
+		// checks it too), and when made from a bad --slot, that option's
+		// own error says it.
+		return nil
+	}
+	if err := retention.Validate(c.ReplayWindow, c.Slot, c.ReplaySlot); err != nil {
+		return badf("%s", strings.TrimPrefix(err.Error(), retention.ErrInvalidConfig.Error()+": "))
+	}
+	return nil
 }
 
 // Accepted values of the enumerated options.

@@ -64,6 +64,8 @@ type Relay struct {
 	failed   chan struct{}
 
 	streaming atomic.Bool
+	// confirmed is the position last sent to the server in a status update.
+	confirmed atomic.Uint64
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
@@ -90,6 +92,12 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 // Streaming reports whether a replication session is currently streaming;
 // it backs the /healthz endpoint. Safe for concurrent use.
 func (r *Relay) Streaming() bool { return r.streaming.Load() }
+
+// Confirmed returns the position last confirmed to the server in a status
+// update (0 before the first); the server may not have received it yet.
+// It feeds the trailing slot's history (package retention). Safe for
+// concurrent use.
+func (r *Relay) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(r.confirmed.Load()) }
 
 // fail records the first permanent failure and wakes the loop. Safe for
 // concurrent use (called from promise callbacks).

@@ -575,6 +575,7 @@ func (l *loop) sendStatus(ctx context.Context) error {
 		l.sentLSN = lsn
 	}
 	l.metrics.confirmedLSN.Set(float64(lsn))
+	l.confirmed.Store(uint64(lsn))
 	return nil
 }
 

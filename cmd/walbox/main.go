@@ -35,6 +35,9 @@ row is ever updated.
 
 Usage:
   walbox run [options]     stream the outbox to Kafka until SIGINT/SIGTERM
+  walbox replay --from LSN|TIME [--to LSN|TIME] [--topic T] [--dry-run] [options]
+                           produce a saved range again from the trailing slot
+                           kept by walbox run --replay-window
   walbox version           print the version
   walbox help              show this help
 
@@ -71,6 +74,8 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 			return exitFatal
 		}
 		return exitOK
+	case "replay":
+		return replayMain(args[1:], getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "walbox: unknown command %q\n\n%s", args[0], usageText)
 		return exitUsage

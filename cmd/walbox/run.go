@@ -79,6 +79,10 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		return err
 	}
 
+	keeper, err := newKeeper(cfg, relay, reg, log)
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay)
 	if err != nil {
@@ -91,6 +95,9 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 			}
 			return nil
 		})
+	}
+	if keeper != nil {
+		g.Go(func() error { return keeper.Run(gctx) })
 	}
 	g.Go(func() error {
 		defer func() {

@@ -1,0 +1,656 @@
+package pipeline
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// Range replay (walbox replay): stream a saved range of the outbox again
+// from the trailing slot that walbox run keeps with --replay-window
+// (package retention), without touching it or the live slot.
+//
+// The trailing slot is copied into a TEMPORARY slot on the replication
+// connection that streams it; a temporary slot belongs to its session, so
+// whatever happens to the process (a crash, SIGKILL, a dropped connection)
+// the server drops it when the session ends and nothing is left behind.
+
+// ReplayHeader is the record header (value "true") that marks a replayed
+// record, so consumers can tell a replay from the live stream.
+const ReplayHeader = "walbox_replay"
+
+// Sentinel errors of Replay and ParseReplayBound.
+var (
+	// ErrNoTrailingSlot: the trailing slot does not exist (walbox run was
+	// never started with --replay-window).
+	ErrNoTrailingSlot = errors.New("no trailing slot to replay from")
+	// ErrRangeNotCovered: the range starts before what the trailing slot
+	// still holds; see *RangeNotCoveredError.
+	ErrRangeNotCovered = errors.New("range not covered by the trailing slot")
+	// ErrBadBound: a --from or --to value is neither an LSN nor a time.
+	ErrBadBound = errors.New("bad replay bound")
+)
+
+// RangeNotCoveredError says where the replayable range begins: the first
+// transaction whose commit record starts at or after Earliest, which
+// committed at EarliestTime (zero when no transaction was found before the
+// end of the replay, so its time is unknown).
+type RangeNotCoveredError struct {
+	Slot         string
+	From         string // the --from value as given
+	Earliest     pglogrepl.LSN
+	EarliestTime time.Time
+	Reason       string
+}
+
+func (e *RangeNotCoveredError) Error() string {
+	when := "no transaction after it yet, so the earliest replayable time is unknown: give --from as an LSN at or after " + e.Earliest.String()
+	if !e.EarliestTime.IsZero() {
+		when = "the first of them committed at " + e.EarliestTime.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%v: --from %s: %s; trailing slot %q holds transactions committed from LSN %s on (%s); "+
+		"replay a later range, or keep a longer --replay-window for next time",
+		ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, when)
+}
+
+func (e *RangeNotCoveredError) Unwrap() error { return ErrRangeNotCovered }
+
+// Range selects transactions by their commit: LSN bounds compare with the
+// commit record's LSN (what pgoutput's Begin and Commit call the commit
+// LSN), time bounds with the commit time; every bound is inclusive, and a
+// zero bound is open. The zero Range contains everything.
+type Range struct {
+	FromLSN, ToLSN   pglogrepl.LSN
+	FromTime, ToTime time.Time
+}
+
+// Contains reports whether a transaction that committed at commitLSN and
+// commitTime is in r.
+func (r Range) Contains(commitLSN pglogrepl.LSN, commitTime time.Time) bool {
+	switch {
+	case r.FromLSN != 0 && commitLSN < r.FromLSN,
+		r.ToLSN != 0 && commitLSN > r.ToLSN,
+		!r.FromTime.IsZero() && commitTime.Before(r.FromTime),
+		!r.ToTime.IsZero() && commitTime.After(r.ToTime):
+		return false
+	}
+	return true
+}
+
+// lsnForm is what ParseReplayBound accepts as an LSN: two hexadecimal
+// numbers of at most 8 digits, as Postgres prints them.
+var lsnForm = regexp.MustCompile(`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`)
+
+// ParseReplayBound reads a --from or --to value: an LSN such as
+// 16/B374D848, or an RFC 3339 time such as 2026-11-30T22:00:00Z (with a
+// zone; fractional seconds allowed). Errors wrap ErrBadBound.
+func ParseReplayBound(s string) (pglogrepl.LSN, time.Time, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		if !lsnForm.MatchString(s) {
+			return 0, time.Time{}, fmt.Errorf("%w: %q is not an LSN: expected the form 16/B374D848 (two hexadecimal numbers separated by /)", ErrBadBound, s)
+		}
+		lsn, err := pglogrepl.ParseLSN(s)
+		if err != nil {
+			return 0, time.Time{}, fmt.Errorf("%w: %q is not an LSN: expected the form 16/B374D848: %v", ErrBadBound, s, err)
+		}
+		return lsn, time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("%w: %q is neither an LSN (expected the form 16/B374D848) nor an RFC 3339 time (such as 2026-11-30T22:00:00Z)", ErrBadBound, s)
+	}
+	return 0, t, nil
+}
+
+// ReplayConfig is what Replay streams and how.
+type ReplayConfig struct {
+	// ConnString is walbox's DSN; replication=database is added.
+	ConnString  string
+	Publication string
+	// Slot is the trailing slot to copy (never streamed from or moved).
+	Slot string
+	// Tables and MessagePrefix are as in Config. Invalid rows follow the
+	// router's policy (dead-lettered or an error), as in walbox run.
+	Tables        []string
+	MessagePrefix string
+	// Range selects the transactions replayed. Replay ends after its
+	// upper bound, and at the latest at the server's WAL position when
+	// Replay started.
+	Range Range
+	// From is the --from value as given, for refusals.
+	From string
+	// DryRun routes and counts the events without producing them.
+	DryRun bool
+	// ReceiveTimeout bounds the silence of the connection (30s; raised to
+	// the server's wal_sender_timeout). A replay cannot reconnect (its
+	// temporary slot goes with the connection), so it fails instead.
+	ReceiveTimeout time.Duration
+	// StatusInterval is how often the server is asked for its position
+	// (1s); that is how an idle stream finds its end.
+	StatusInterval time.Duration
+	// Progress, when set, is called every ProgressInterval (5s) from
+	// Replay's goroutine.
+	Progress         func(ReplayProgress)
+	ProgressInterval time.Duration
+}
+
+// ReplayProgress is a snapshot of a running replay.
+type ReplayProgress struct {
+	// Events routed so far (produced or, in a dry run, counted).
+	Events int
+	// WALDone and WALTotal are the bytes of WAL streamed and to stream,
+	// from the start of the range to its end.
+	WALDone, WALTotal uint64
+	Elapsed           time.Duration
+}
+
+// ReplayResult is what a replay did.
+type ReplayResult struct {
+	// Topics counts the events per topic: acknowledged by Kafka, or in a
+	// dry run routed.
+	Topics map[string]int
+	// Transactions in the range that held at least one event.
+	Transactions int
+	// Start is where the trailing slot's copy began; End the position
+	// past which nothing was replayed.
+	Start, End pglogrepl.LSN
+	// TempSlot is the temporary slot's name.
+	TempSlot string
+}
+
+// Events returns the total over every topic.
+func (r ReplayResult) Events() int {
+	n := 0
+	for _, c := range r.Topics {
+		n += c
+	}
+	return n
+}
+
+// endTimeSlack: a replay bounded by a time ends at the first transaction
+// that committed more than this after the bound. Commit timestamps are
+// taken just before the commit record is written, so concurrent
+// transactions can appear in WAL order slightly out of time order; the
+// slack keeps them.
+const endTimeSlack = time.Second
+
+// Replay copies cfg.Slot into a temporary slot and produces every outbox
+// event of the transactions in cfg.Range to its usual topic (what rt
+// routes) with the ReplayHeader added, in commit order. It returns once
+// Kafka acknowledged them all, or the first error; the temporary slot is
+// dropped either way (by the server, with the session, if Replay could
+// not). The live and trailing slots are only read.
+func Replay(ctx context.Context, cfg ReplayConfig, producer Producer, rt Router, log *slog.Logger) (ReplayResult, error) {
+	cfg.setDefaults()
+	res := ReplayResult{Topics: map[string]int{}}
+	if err := slotctl.ValidateSlotName(cfg.Slot); err != nil {
+		return res, err
+	}
+	conn, err := connectReplication(ctx, cfg.ConnString)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx) // a temporary slot still there goes with the session
+	}()
+	if err := checkTrailingSlot(ctx, conn, cfg.Slot); err != nil {
+		return res, err
+	}
+	row, err := simpleQueryRow(ctx, conn, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text`)
+	if err != nil {
+		return res, fmt.Errorf("read the server's WAL position: %w", err)
+	}
+	current, err := pglogrepl.ParseLSN(row[0])
+	if err != nil {
+		return res, fmt.Errorf("server WAL position %q: %w", row[0], err)
+	}
+
+	res.TempSlot = tempSlotName()
+	_, err = simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT pg_copy_logical_replication_slot(%s, %s, true)::text`,
+		quoteLiteral(cfg.Slot), quoteLiteral(res.TempSlot)))
+	if err != nil {
+		return res, fmt.Errorf("copy trailing slot %q into temporary slot %q: %w (a replay needs one free replication slot: check max_replication_slots)",
+			cfg.Slot, res.TempSlot, err)
+	}
+	row, err = simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s`, quoteLiteral(res.TempSlot)))
+	if err != nil {
+		return res, fmt.Errorf("read temporary slot %q: %w", res.TempSlot, err)
+	}
+	if res.Start, err = pglogrepl.ParseLSN(row[0]); err != nil {
+		return res, fmt.Errorf("temporary slot %q confirmed_flush_lsn %q: %w", res.TempSlot, row[0], err)
+	}
+	log.Info("replaying from a temporary copy of the trailing slot", "replay_slot", cfg.Slot, "temporary_slot", res.TempSlot,
+		"lsn", res.Start.String(), "end_lsn", current.String())
+
+	r := &rangeReplay{cfg: cfg, conn: conn, producer: producer, router: rt, log: log, res: &res,
+		tables: Config{Tables: cfg.Tables}.tableSet(), dec: decoder.New(), current: current, started: time.Now()}
+	r.receiveTimeout = cfg.ReceiveTimeout
+	if wst, err := walSenderTimeout(ctx, conn); err == nil && wst > r.receiveTimeout {
+		r.receiveTimeout = wst
+	}
+	r.end = current
+	if cfg.Range.ToLSN != 0 && cfg.Range.ToLSN < current {
+		r.end = cfg.Range.ToLSN
+	}
+	res.End = r.end
+	r.rangeStart = max(res.Start, cfg.Range.FromLSN)
+
+	args := []string{"proto_version '1'", "publication_names '" + quotePublication(cfg.Publication) + "'"}
+	if cfg.MessagePrefix != "" {
+		args = append(args, "messages 'true'")
+	}
+	if err := pglogrepl.StartReplication(ctx, conn, res.TempSlot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		return res, fmt.Errorf("start replication on temporary slot %q: %w", res.TempSlot, err)
+	}
+	streamErr := r.stream(ctx)
+	// Whatever was produced is waited for, also after an error, so that
+	// the counts are true.
+	if !cfg.DryRun {
+		if err := producer.Flush(ctx); err != nil && streamErr == nil {
+			streamErr = fmt.Errorf("wait for Kafka's acknowledgements: %w", err)
+		}
+	}
+	if err := r.produceErr(); err != nil && streamErr == nil {
+		streamErr = err
+	}
+	r.mu.Lock()
+	maps.Copy(res.Topics, r.acked)
+	r.mu.Unlock()
+	if streamErr != nil {
+		return res, streamErr
+	}
+	r.dropTempSlot(ctx)
+	return res, nil
+}
+
+func (c *ReplayConfig) setDefaults() {
+	if c.ReceiveTimeout <= 0 {
+		c.ReceiveTimeout = DefaultConfig().ReceiveTimeout
+	}
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = 5 * time.Second
+	}
+}
+
+// checkTrailingSlot refuses a missing trailing slot (with how to enable
+// it), one that is not pgoutput, and one that lost its WAL.
+func checkTrailingSlot(ctx context.Context, conn *pgconn.PgConn, slot string) error {
+	rows, err := simpleQuery(ctx, conn, fmt.Sprintf(`SELECT COALESCE(plugin::text, ''), slot_type, COALESCE(wal_status, ''),
+	COALESCE(database::text, '') = current_database()::text FROM pg_replication_slots WHERE slot_name = %s`, quoteLiteral(slot)))
+	if err != nil {
+		return fmt.Errorf("read trailing slot %q: %w", slot, err)
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("%w: slot %q does not exist; start walbox run with --replay-window DURATION (WALBOX_REPLAY_WINDOW, e.g. 24h) "+
+			"to keep a trailing slot, with --replay-slot if it is not named <slot>_replay; replays can then cover what commits from then on", ErrNoTrailingSlot, slot)
+	}
+	plugin, typ, walStatus, sameDB := rows[0][0], rows[0][1], rows[0][2], rows[0][3] == "t"
+	switch {
+	case !sameDB:
+		return fmt.Errorf("%w: slot %q belongs to another database, not to the one --pg-dsn names; check --pg-dsn and --replay-slot", slotctl.ErrSlotMismatch, slot)
+	case typ != "logical" || plugin != slotctl.Plugin:
+		return fmt.Errorf("%w: slot %q is a %s slot with plugin %q, not walbox's trailing pgoutput slot; check --replay-slot",
+			slotctl.ErrSlotMismatch, slot, typ, plugin)
+	case walStatus == "lost":
+		return fmt.Errorf("%w: trailing slot %q lost its WAL (wal_status lost; max_slot_wal_keep_size removed it), so nothing can be replayed from it; "+
+			"drop it (slotctl drop --slot %s) and walbox run --replay-window creates a new one", slotctl.ErrSlotLost, slot, slot)
+	}
+	return nil
+}
+
+// tempSlotName returns a fresh temporary slot name.
+func tempSlotName() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "walbox_replay_tmp_" + hex.EncodeToString(b)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// simpleQuery runs sql with the simple protocol, the only one a
+// replication connection speaks, and returns its rows as text.
+func simpleQuery(ctx context.Context, conn *pgconn.PgConn, sql string) ([][]string, error) {
+	results, err := conn.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var rows [][]string
+	for _, r := range results {
+		for _, row := range r.Rows {
+			out := make([]string, len(row))
+			for i, v := range row {
+				out[i] = string(v)
+			}
+			rows = append(rows, out)
+		}
+	}
+	return rows, nil
+}
+
+func simpleQueryRow(ctx context.Context, conn *pgconn.PgConn, sql string) ([]string, error) {
+	rows, err := simpleQuery(ctx, conn, sql)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) != 1 {
+		return nil, fmt.Errorf("%d rows, want 1", len(rows))
+	}
+	return rows[0], nil
+}
+
+// rangeReplay is the state of one replay; the loop belongs to Replay's
+// goroutine, the counts (mu) are shared with the producer's promises.
+type rangeReplay struct {
+	cfg      ReplayConfig
+	conn     *pgconn.PgConn
+	producer Producer
+	router   Router
+	log      *slog.Logger
+	res      *ReplayResult
+	tables   map[string]struct{}
+	dec      *decoder.Decoder
+	messages messageRelations
+
+	current, end, rangeStart pglogrepl.LSN
+	receiveTimeout           time.Duration
+	started                  time.Time
+
+	// checked is set once the range's start was checked against the
+	// first transaction the slot holds.
+	checked bool
+	// inRange is whether the open transaction is replayed; txnEvents
+	// counts its events.
+	inRange   bool
+	txnEvents int
+	received  pglogrepl.LSN
+	lastEnd   pglogrepl.LSN
+	events    int
+	done      bool
+
+	mu     sync.Mutex
+	acked  map[string]int
+	failed error
+}
+
+func (r *rangeReplay) produceErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
+func (r *rangeReplay) stream(ctx context.Context) error {
+	nextStatus := time.Now()
+	nextProgress := time.Now().Add(r.cfg.ProgressInterval)
+	lastReceive := time.Now()
+	for !r.done {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("replay interrupted after %d events: %w", r.events, err)
+		}
+		if err := r.produceErr(); err != nil {
+			return err
+		}
+		now := time.Now()
+		if silent := now.Sub(lastReceive); silent > r.receiveTimeout {
+			return fmt.Errorf("nothing received from the server for %s (receive timeout %s); the replay cannot resume on a new connection, run it again",
+				silent.Round(time.Millisecond), r.receiveTimeout)
+		}
+		if !now.Before(nextStatus) {
+			// The reply the server sends carries its position: that is
+			// how an idle stream sees that it passed the end.
+			err := pglogrepl.SendStandbyStatusUpdate(ctx, r.conn, pglogrepl.StandbyStatusUpdate{
+				WALWritePosition: r.lastEnd, WALFlushPosition: r.lastEnd, WALApplyPosition: r.lastEnd,
+				ClientTime: now, ReplyRequested: true,
+			})
+			if err != nil {
+				return fmt.Errorf("send standby status update: %w", err)
+			}
+			nextStatus = now.Add(r.cfg.StatusInterval)
+		}
+		if r.cfg.Progress != nil && !now.Before(nextProgress) {
+			r.cfg.Progress(r.progress())
+			nextProgress = now.Add(r.cfg.ProgressInterval)
+		}
+		if err := r.conn.Conn().SetReadDeadline(nextStatus); err != nil {
+			return fmt.Errorf("set read deadline: %w", err)
+		}
+		raw, err := r.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgconn.Timeout(err) && !r.conn.IsClosed() {
+				continue
+			}
+			return fmt.Errorf("replication stream of temporary slot %q: %w", r.res.TempSlot, err)
+		}
+		lastReceive = time.Now()
+		switch msg := raw.(type) {
+		case *pgproto3.CopyData:
+			if err := r.handleCopyData(msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream of temporary slot %q: %w", r.res.TempSlot, pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("server ended the replication stream of temporary slot %q early (CopyDone)", r.res.TempSlot)
+		}
+	}
+	return r.checkStart(nil)
+}
+
+func (r *rangeReplay) progress() ReplayProgress {
+	p := ReplayProgress{Events: r.events, Elapsed: time.Since(r.started)}
+	if r.end > r.rangeStart {
+		p.WALTotal = uint64(r.end - r.rangeStart)
+	}
+	if r.received > r.rangeStart {
+		p.WALDone = min(uint64(r.received-r.rangeStart), p.WALTotal)
+	}
+	return p
+}
+
+// pastEnd reports whether a transaction committing at commitLSN (and
+// commitTime, when known) lies beyond the end of the replay: the end of the
+// range, or the server's position when the replay started.
+func (r *rangeReplay) pastEnd(commitLSN pglogrepl.LSN, commitTime time.Time) bool {
+	if commitLSN > r.end || commitLSN >= r.current {
+		return true
+	}
+	to := r.cfg.Range.ToTime
+	return !to.IsZero() && !commitTime.IsZero() && commitTime.After(to.Add(endTimeSlack))
+}
+
+func (r *rangeReplay) handleCopyData(data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("empty CopyData message after %s", r.received)
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive after %s: %w", r.received, err)
+		}
+		// Outside a transaction, the server has sent every transaction
+		// whose commit record starts before its position.
+		// The check of the range's start may need the first transaction
+		// the slot holds, which may come after the end of the range.
+		if !r.dec.InTransaction() && (ka.ServerWALEnd >= r.current || ka.ServerWALEnd > r.end && !r.needsFirst()) {
+			r.received = max(r.received, ka.ServerWALEnd)
+			r.done = true
+			r.log.Debug("the server passed the end of the replay", "lsn", ka.ServerWALEnd.String(), "end_lsn", r.end.String())
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData after %s: %w", r.received, err)
+		}
+		r.received = max(r.received, xld.WALStart+pglogrepl.LSN(len(xld.WALData)))
+		return r.handleWAL(xld.WALStart, xld.WALData)
+	}
+	return nil
+}
+
+func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
+	msg, err := r.dec.Decode(walStart, walData)
+	if err != nil {
+		return fmt.Errorf("decode WAL message at %s: %w", walStart, err)
+	}
+	switch m := msg.(type) {
+	case *decoder.Begin:
+		if err := r.checkStart(m); err != nil {
+			return err
+		}
+		if r.pastEnd(m.CommitLSN, m.CommitTime) {
+			r.done = true
+			return nil
+		}
+		r.inRange = r.cfg.Range.Contains(m.CommitLSN, m.CommitTime)
+		r.txnEvents = 0
+	case *decoder.Insert:
+		if !r.inRange || !r.routes(m.Relation) {
+			return nil
+		}
+		return r.replayInsert(m)
+	case *decoder.Message:
+		// A message emitted outside a transaction is not an event (see
+		// handleNonTransactional); it is not replayed.
+		if !r.inRange || !m.Transactional || r.cfg.MessagePrefix == "" || m.Prefix != r.cfg.MessagePrefix {
+			return nil
+		}
+		ins, err := r.messages.messageInsert(m)
+		if err != nil {
+			return fmt.Errorf("%w (a replay does not dead-letter malformed outbox messages)", err)
+		}
+		return r.replayInsert(ins)
+	case *decoder.Commit:
+		if r.inRange && r.txnEvents > 0 {
+			r.res.Transactions++
+		}
+		r.inRange = false
+		r.lastEnd = m.EndLSN
+	}
+	return nil
+}
+
+// needsFirst reports whether checkStart still waits for the first
+// transaction the slot holds: for a --from TIME, or to name the earliest
+// replayable time when a --from LSN is refused.
+func (r *rangeReplay) needsFirst() bool {
+	return !r.checked && (!r.cfg.Range.FromTime.IsZero() || r.cfg.Range.FromLSN < r.res.Start)
+}
+
+// checkStart checks, at the first transaction the slot sends (first; nil
+// when the stream ended before any), that the range does not begin before
+// what the trailing slot holds.
+func (r *rangeReplay) checkStart(first *decoder.Begin) error {
+	if r.checked {
+		return nil
+	}
+	r.checked = true
+	refuse := func(reason string) error {
+		e := &RangeNotCoveredError{Slot: r.cfg.Slot, From: r.cfg.From, Earliest: r.res.Start, Reason: reason}
+		if first != nil {
+			e.EarliestTime = first.CommitTime
+		}
+		return e
+	}
+	rg := r.cfg.Range
+	if rg.FromLSN != 0 && rg.FromLSN < r.res.Start {
+		return refuse(fmt.Sprintf("LSN %s is before the trailing slot's position %s, whose WAL may be gone", rg.FromLSN, r.res.Start))
+	}
+	if !rg.FromTime.IsZero() {
+		// Transactions that committed before the slot's position are not
+		// streamed; one of them may have committed after --from unless
+		// --from is at or after the first transaction the slot holds.
+		if first == nil {
+			return refuse("whether that time is covered cannot be told without a transaction the trailing slot holds")
+		}
+		if rg.FromTime.Before(first.CommitTime) {
+			return refuse("that time is before the first transaction the trailing slot holds; earlier transactions may be gone")
+		}
+	}
+	return nil
+}
+
+// routes reports whether rel is an outbox table.
+func (r *rangeReplay) routes(rel *decoder.Relation) bool {
+	if r.tables == nil {
+		return true
+	}
+	_, ok := r.tables[rel.QualifiedName()]
+	return ok
+}
+
+func (r *rangeReplay) replayInsert(ins *decoder.Insert) error {
+	routed, err := r.router.Route(ins)
+	if err != nil {
+		return err
+	}
+	rec := routed.Record
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: ReplayHeader, Value: []byte("true")})
+	r.events++
+	r.txnEvents++
+	if r.cfg.DryRun {
+		r.mu.Lock()
+		if r.acked == nil {
+			r.acked = map[string]int{}
+		}
+		r.acked[rec.Topic]++
+		r.mu.Unlock()
+		return nil
+	}
+	// Never cancelled: a record once handed over is waited for (Flush), so
+	// the counts are what Kafka acknowledged.
+	r.producer.Produce(context.Background(), rec, r.settle)
+	return nil
+}
+
+// settle runs in the producer's callback goroutine.
+func (r *rangeReplay) settle(rec *kgo.Record, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if r.failed == nil {
+			r.failed = fmt.Errorf("kafka refused a replayed record for topic %q: %w; %s", rec.Topic, err, produceHint(err))
+		}
+		return
+	}
+	if r.acked == nil {
+		r.acked = map[string]int{}
+	}
+	r.acked[rec.Topic]++
+}
+
+// dropTempSlot ends the stream and drops the temporary slot; if that
+// fails, closing the connection drops it too.
+func (r *rangeReplay) dropTempSlot(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := pglogrepl.SendStandbyCopyDone(dctx, r.conn); err != nil {
+		r.log.Debug("could not end the replication stream; closing the connection drops the temporary slot", "err", err)
+		return
+	}
+	if err := pglogrepl.DropReplicationSlot(dctx, r.conn, r.res.TempSlot, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
+		r.log.Debug("could not drop the temporary slot; closing the connection drops it", "temporary_slot", r.res.TempSlot, "err", err)
+	}
+}

@@ -1,0 +1,64 @@
+package retention
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/walbox/walbox/slotctl"
+)
+
+// SlotSuffix makes the default trailing slot name: "<slot>_replay".
+const SlotSuffix = "_replay"
+
+// SlotName returns the trailing slot's name: replaySlot, or "<slot>_replay"
+// when it is empty.
+func SlotName(slot, replaySlot string) string {
+	if replaySlot != "" {
+		return replaySlot
+	}
+	return slot + SlotSuffix
+}
+
+// Validate checks a window and the trailing slot's name (replaySlot, or the
+// default made from slot). It is the one check of --replay-window and
+// --replay-slot; the configuration package reports its verdict.
+func Validate(window time.Duration, slot, replaySlot string) error {
+	if window < 0 {
+		return fmt.Errorf("%w: window %s is negative; use 0 to disable the trailing slot, or a duration such as 24h", ErrInvalidConfig, window)
+	}
+	name := SlotName(slot, replaySlot)
+	if err := slotctl.ValidateSlotName(name); err != nil {
+		if replaySlot == "" {
+			return fmt.Errorf("%w: the default trailing slot name %q (slot + %q) is not a valid slot name; set --replay-slot: %v", ErrInvalidConfig, name, SlotSuffix, err)
+		}
+		return fmt.Errorf("%w: trailing slot: %v", ErrInvalidConfig, err)
+	}
+	if name == slot {
+		return fmt.Errorf("%w: trailing slot %q is the live slot; give --replay-slot another name", ErrInvalidConfig, name)
+	}
+	return nil
+}
+
+// Config is a Keeper's settings.
+type Config struct {
+	// Slot is the live slot, ReplaySlot the trailing one (SlotName).
+	Slot, ReplaySlot string
+	// Window is how far behind the live slot the trailing slot stays; > 0.
+	Window time.Duration
+	// Interval is how often the trailing slot is advanced; 0 means
+	// Window/16, between 1s and 1m.
+	Interval time.Duration
+	// Buckets is the History's resolution; 0 means DefaultBuckets.
+	Buckets int
+	// RetryDelay is the wait after a failed step (5s when 0).
+	RetryDelay time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Interval <= 0 {
+		c.Interval = min(max(c.Window/16, time.Second), time.Minute)
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = 5 * time.Second
+	}
+}

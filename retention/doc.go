@@ -1,0 +1,15 @@
+// Package retention keeps a trailing replication slot: a second pgoutput
+// slot that follows walbox's live slot about a window behind, so that the
+// WAL (and the catalog rows) needed to decode the last window stay on the
+// server and `walbox replay` can stream any range of it again.
+//
+// Which position was confirmed when is known from a History kept in memory
+// only: walbox writes nothing to the database for it. After a restart the
+// history is empty, so the trailing slot is not advanced until the window
+// has passed again; it then simply holds more than the window.
+//
+// Invariants, whatever happens between two steps (a crash, a dropped
+// connection): the trailing slot never moves backwards, and never past the
+// position the live slot has confirmed on the server. Both are enforced in
+// the single SQL statement that advances it (see Advance).
+package retention
