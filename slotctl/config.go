@@ -55,6 +55,9 @@ type Config struct {
 	// Failover creates the slot with failover enabled and requires an
 	// existing one to have it (PostgreSQL 17+; see Features). Default false.
 	Failover bool
+	// ReplaySlot is walbox's trailing replay slot (walbox run
+	// --replay-window), which List marks as such. Default Slot+ReplaySuffix.
+	ReplaySlot string
 	// Columns, when not nil, is given the outbox table's columns by
 	// Preflight, so that routing which names a missing column fails before
 	// the first row does. `walbox run` and `slotctl create` pass their

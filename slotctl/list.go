@@ -1,6 +1,7 @@
 package slotctl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +41,8 @@ type ListedSlot struct {
 }
 
 // List returns every logical replication slot of the current database,
-// ordered by name. Slots named cfg.Slot and cfg.Slot+ReplaySuffix that use
+// ordered by name. Slots named cfg.Slot and cfg.ReplaySlot (default
+// cfg.Slot+ReplaySuffix) that use
 // pgoutput are walbox's: their Role and Publication (cfg.Publication, if
 // it exists) are filled in. Changes nothing.
 func List(ctx context.Context, conn Querier, cfg Config) ([]ListedSlot, error) {
@@ -93,7 +95,7 @@ SELECT (SELECT safe_wal_size FROM pg_replication_slots WHERE slot_name = $1),
 			switch name {
 			case cfg.Slot:
 				l.Role = RoleLive
-			case cfg.Slot + ReplaySuffix:
+			case cmp.Or(cfg.ReplaySlot, cfg.Slot+ReplaySuffix):
 				l.Role = RoleReplay
 			}
 		}

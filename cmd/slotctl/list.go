@@ -13,7 +13,7 @@ import (
 	"github.com/walbox/walbox/slotctl"
 )
 
-const listHelp = `Usage: slotctl list [--json] [--config FILE] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--timeout D]
+const listHelp = `Usage: slotctl list [--json] [--config FILE] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--replay-slot NAME] [--timeout D]
 
 Lists every logical replication slot of the database: plugin, the server
 process streaming from it and that client's address (pg_stat_replication),
@@ -21,8 +21,8 @@ confirmed_flush_lsn, restart_lsn, the WAL it holds back (retained), wal_status
 and safe_wal_size (how much more WAL may be written before the slot risks
 losing WAL it needs; "-" when max_slot_wal_keep_size is unlimited). walbox's
 slots are marked: the slot named by --slot ("live") and its trailing replay
-slot "<slot>_replay" ("replay"), with the publication they stream (--publication)
-and its tables. Changes nothing.
+slot ("replay": --replay-slot, default "<slot>_replay"), with the publication
+they stream (--publication) and its tables. Changes nothing.
 
   --json   print JSON: {"slots": [{...}, ...]}
 `
@@ -55,10 +55,11 @@ func runList(ctx context.Context, args []string, e env) error {
 	var o listOptions
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
 	fs.BoolVar(&o.JSON, "json", false, "")
-	if err := o.load(o.command("list", fs, connOptions), args, e, listHelp); err != nil {
+	if err := o.load(o.command("list", fs, append(connOptions, "replay-slot")), args, e, listHelp); err != nil {
 		return err
 	}
 	cfg := o.slotConfig(false)
+	cfg.ReplaySlot = o.cfg.ReplaySlotName()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	conn, err := o.connect(ctx)

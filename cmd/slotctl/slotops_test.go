@@ -189,6 +189,27 @@ func testSlotOperations(t *testing.T, srv *pgtest.Server) {
 		}
 	})
 
+	// A trailing slot named with --replay-slot (as walbox run was given) is
+	// walbox's too; the default name then is not.
+	t.Run("list with --replay-slot", func(t *testing.T) {
+		trail := slot + "_trail"
+		mustExec(t, conn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", trail)
+		defer mustExec(t, conn, "SELECT pg_drop_replication_slot($1)", trail)
+		r := in.run(t, "list", "--json", "--replay-slot", trail)
+		r.want(t, exitOK, nil, nil)
+		var got listReport
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+			t.Fatalf("list --json: %v", err)
+		}
+		marks := map[string]string{}
+		for _, s := range got.Slots {
+			marks[s.Name] = s.Walbox
+		}
+		if marks[trail] != "replay" || marks[replay] != "" || marks[slot] != "live" {
+			t.Errorf("with --replay-slot %s: marks = %v, want %s replay, %s unmarked, %s live", trail, marks, trail, replay, slot)
+		}
+	})
+
 	t.Run("advance refusals", func(t *testing.T) {
 		in.run(t, "advance", "--to", "16-B374D848", "--yes").want(t, exitUsage, nil, []string{"16/B374D848", `"16-B374D848"`})
 		in.run(t, "advance", "--yes").want(t, exitUsage, nil, []string{"--to LSN is required"})
