@@ -605,6 +605,32 @@ func (l *loop) confirmBeforeFailing(cause error) {
 	l.drain(sctx)
 	if err := l.sendStatus(sctx); err != nil {
 		l.log.Warn("could not confirm the events before the failure", "err", err, "cause", cause)
+		return
+	}
+	l.endStream(sctx)
+}
+
+// endStream ends the replication stream with CopyDone and waits, within
+// ctx, for the server's answer. The server reads a client's messages in
+// order, so once it has answered, the status update sent before is applied
+// to the slot. Closing the connection without this races: a walsender busy
+// sending fails on the closed socket and may exit before it reads the final
+// status update, and the next start then begins from an older position and
+// sends again what Kafka had acknowledged. What the server still sends
+// meanwhile is discarded: nothing of it was confirmed.
+func (l *loop) endStream(ctx context.Context) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	err := l.conn.Conn().SetReadDeadline(deadline)
+	if err == nil {
+		l.readDeadline = deadline
+		_, err = pglogrepl.SendStandbyCopyDone(ctx, l.conn)
+	}
+	if err != nil {
+		l.log.Warn("could not end the replication stream cleanly; if the server did not record the final position, the next start sends again what was acknowledged since the previous one",
+			"err", err, "slot", l.cfg.Slot, "confirmed_lsn", l.sentLSN.String())
 	}
 }
 
@@ -641,6 +667,7 @@ func (l *loop) stop() error {
 	if err := l.sendStatus(sctx); err != nil {
 		return fmt.Errorf("final status update: %w", err)
 	}
+	l.endStream(sctx)
 	l.log.Info("stopped", "slot", l.cfg.Slot, "confirmed_lsn", l.tracker.Confirmed().String())
 	return nil
 }

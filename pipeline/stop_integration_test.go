@@ -124,3 +124,104 @@ func hostPort(dsn string) string {
 	}
 	return u.Host
 }
+
+// TestRelayGracefulStopLeavesSlotAtFinalPosition: after a clean stop, the
+// slot's confirmed_flush_lsn is the position the relay last confirmed, at
+// once. The final status update used to be followed by a plain close: a
+// walsender busy sending could fail on the closed socket and exit before
+// reading it, so the next start began from an older position and sent
+// again what Kafka had acknowledged (e2e TestGracefulStopThenRestart...
+// saw 165-203 duplicates in about one run of six under load). Writers keep
+// the walsender sending while each of several relays stops.
+func TestRelayGracefulStopLeavesSlotAtFinalPosition(t *testing.T) {
+	ctx, cancelAll := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelAll()
+	srv := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+
+	// The writer: 200-row transactions until the test ends.
+	wctx, stopWriter := context.WithCancel(ctx)
+	var writer sync.WaitGroup
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		wconn, err := pgx.Connect(wctx, srv.DSN("postgres"))
+		if err != nil {
+			return
+		}
+		defer wconn.Close(context.Background())
+		for wctx.Err() == nil {
+			_, _ = wconn.Exec(wctx, `INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload)
+				SELECT 'order', (g % 50)::text, 'OrderCreated', '{"n": 1}' FROM generate_series(1, 200) g`)
+		}
+	}()
+	defer func() { stopWriter(); writer.Wait() }()
+
+	slotLSN := func() pglogrepl.LSN {
+		var s string
+		if err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'walbox'").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		lsn, err := pglogrepl.ParseLSN(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lsn
+	}
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		start := slotLSN()
+		kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: cluster.ListenAddrs(), MaxBufferedRecords: 10001}, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		relay, err := pipeline.New(pipeline.Config{
+			ConnString: srv.DSN("postgres"), Slot: "walbox", Publication: "walbox", StatusInterval: 50 * time.Millisecond,
+		}, kcl, rt, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(rctx, start) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for relay.Confirmed() <= start && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // polling the relay's confirmed position
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: Run = %v", round, err)
+		}
+		kcl.Close()
+		final := relay.Confirmed()
+		if final <= start {
+			t.Fatalf("round %d: the relay confirmed nothing past %s in 30s", round, start)
+		}
+		if got := slotLSN(); got < final {
+			t.Fatalf("round %d: right after a clean stop the slot is at %s, behind the relay's final confirmed position %s: "+
+				"the final status update was lost, and the next start sends again what Kafka acknowledged", round, got, final)
+		}
+	}
+}
