@@ -50,29 +50,8 @@ func (h onLog) Handle(_ context.Context, r slog.Record) error {
 // relay waits for the server's answer.
 func TestRelayStopDuringStartIsClean(t *testing.T) {
 	ctx := context.Background()
-	srv := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
-	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	slot, err := slotctl.EnsureSlot(ctx, conn, scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-
+	e := newSlotEnv(t)
+	srv, slot := e.srv, e.slot
 	proxy := faultproxy.New(t, hostPort(srv.DSN("postgres")))
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -91,7 +70,7 @@ func TestRelayStopDuringStartIsClean(t *testing.T) {
 			cancel()
 		}()
 	}})
-	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: cluster.ListenAddrs()}, log, nil)
+	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers}, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,12 +82,12 @@ func TestRelayStopDuringStartIsClean(t *testing.T) {
 	// The server's wal_sender_timeout (60s) is above 1s, so the relay logs
 	// that it raises the timeout: after connecting, before starting.
 	relay, err := pipeline.New(pipeline.Config{
-		ConnString: strings.Replace(srv.DSN("postgres"), hostPort(srv.DSN("postgres")), proxy.Addr(), 1), Slot: "walbox", Publication: "walbox", ReceiveTimeout: 1e9,
+		ConnString: strings.Replace(srv.DSN("postgres"), hostPort(srv.DSN("postgres")), proxy.Addr(), 1), Slot: "walbox", Publication: "walbox", ReceiveTimeout: time.Second,
 	}, kcl, rt, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN)); err != nil {
+	if err := relay.Run(rctx, slot); err != nil {
 		t.Fatalf("Run after a stop during start = %v, want nil (a clean stop)", err)
 	}
 	if rctx.Err() == nil {
@@ -136,27 +115,8 @@ func hostPort(dsn string) string {
 func TestRelayGracefulStopLeavesSlotAtFinalPosition(t *testing.T) {
 	ctx, cancelAll := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancelAll()
-	srv := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
-	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	e := newSlotEnv(t)
+	srv, conn := e.srv, e.conn
 
 	// The writer: 200-row transactions until the test ends.
 	wctx, stopWriter := context.WithCancel(ctx)
@@ -193,7 +153,7 @@ func TestRelayGracefulStopLeavesSlotAtFinalPosition(t *testing.T) {
 	}
 	for round := range 5 {
 		start := slotLSN()
-		kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: cluster.ListenAddrs(), MaxBufferedRecords: 10001}, slog.New(slog.DiscardHandler), nil)
+		kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: e.brokers, MaxBufferedRecords: 10001}, slog.New(slog.DiscardHandler), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,4 +184,41 @@ func TestRelayGracefulStopLeavesSlotAtFinalPosition(t *testing.T) {
 				"the final status update was lost, and the next start sends again what Kafka acknowledged", round, got, final)
 		}
 	}
+}
+
+// slotEnv is a Postgres server with the outbox table, the publication and
+// the slot "walbox", and a kfake cluster.
+type slotEnv struct {
+	srv     *pgtest.Server
+	conn    *pgx.Conn
+	brokers []string
+	slot    pglogrepl.LSN // the slot's confirmed position when created
+}
+
+func newSlotEnv(t *testing.T) *slotEnv {
+	t.Helper()
+	ctx := context.Background()
+	srv := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := slotctl.EnsureSlot(ctx, conn, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	return &slotEnv{srv: srv, conn: conn, brokers: cluster.ListenAddrs(), slot: slot.ConfirmedFlushLSN}
 }
