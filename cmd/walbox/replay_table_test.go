@@ -182,6 +182,17 @@ func TestReplayFromTable(t *testing.T) {
 		}
 	})
 
+	t.Run("snapshot-order", func(t *testing.T) {
+		code, _, stderr := e.replay(t, "--from-table", "--where", "true", "--snapshot-order", "created_at,id", "--dry-run")
+		if code != exitOK || !strings.Contains(stderr, "12 of 12 matching rows found (dry run, nothing sent), from table public.outbox in order of [created_at id]") {
+			t.Errorf("exit %d, stderr: %s", code, stderr)
+		}
+		code, _, stderr = e.replay(t, "--from-table", "--where", "true", "--snapshot-order", "nosuch", "--dry-run")
+		if code != exitFatal || !strings.Contains(stderr, `--snapshot-order names column "nosuch"`) {
+			t.Errorf("exit %d, stderr: %s", code, stderr)
+		}
+	})
+
 	t.Run("refusals", func(t *testing.T) {
 		for _, tc := range []struct {
 			args []string
