@@ -143,7 +143,8 @@ func (r *tableReplay) settle(rec *kgo.Record, err error) {
 	if err != nil {
 		if r.failed == nil {
 			id, _ := rec.Context.Value(eventIDKey{}).(string)
-			r.failed = fmt.Errorf("kafka refused the replayed event %q for topic %q: %w", id, rec.Topic, err)
+			r.failed = fmt.Errorf("kafka refused the replayed event %q for topic %q: %w; %s; walbox replay keeps no position, so run it again after the fix (what was acknowledged is sent again; consumers deduplicate by event_id)",
+				id, rec.Topic, err, pipeline.ProduceHint(err))
 		}
 		return
 	}

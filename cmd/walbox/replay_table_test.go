@@ -21,9 +21,12 @@ type tableEnv struct {
 	env     map[string]string
 }
 
-func newTableEnv(t *testing.T) *tableEnv {
+func newTableEnv(t *testing.T, opts ...kfake.Opt) *tableEnv {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	if opts == nil {
+		opts = []kfake.Opt{kfake.AllowAutoTopicCreation()}
+	}
+	cluster, err := kfake.NewCluster(append(opts, kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,4 +260,42 @@ func containsLine(out string, f ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestReplayFromTableKafkaRefuses: a broker that refuses the records
+// (here: the topic does not exist and is not created automatically) fails
+// the replay (exit 1) naming the event, the topic and the fix.
+func TestReplayFromTableKafkaRefuses(t *testing.T) {
+	e := newTableEnv(t, kfake.SeedTopics(3, "exists.order"))
+	e.insert(t, "order", 1, 1, 2)
+	e.insert(t, "customer", 1, 3)
+	code, stdout, stderr := e.replay(t, "--from-table", "--where", "true", "--topic", "exists.{aggregate_type}")
+	t.Logf("stdout:\n%sstderr: %s", stdout, tail(stderr, 700))
+	if code != exitFatal {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	for _, w := range []string{tid(3), `"exists.customer"`, "the topic does not exist", "run it again after the fix"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q", w)
+		}
+	}
+	if !containsLine(stdout, "exists.order", "2") {
+		t.Errorf("stdout does not count the 2 acknowledged events of exists.order:\n%s", stdout)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func TestWriteTableProgress(t *testing.T) {
+	var b strings.Builder
+	writeTableProgress(&b, 5000, 20000, 10*time.Second)
+	want := "walbox replay: 5000 of 20000 rows (25%), 500 rows/s, 10s elapsed\n"
+	if b.String() != want {
+		t.Errorf("got  %q\nwant %q", b.String(), want)
+	}
 }
