@@ -88,12 +88,13 @@ func (o tableOptions) check(from, to string) error {
 
 // rowSelect builds the selection: --where, then the id bounds as
 // parameters $1 and $2, quoted column names, order of --snapshot-order.
-func (o tableOptions) rowSelect(cfg config.Config) (snapshot.RowSelect, error) {
+func (o tableOptions) rowSelect(cfg config.Config) snapshot.RowSelect {
 	schema, name := cfg.TableName()
 	sel := snapshot.RowSelect{Table: slotctl.TableName{Schema: schema, Name: name}, Order: cfg.SnapshotConfig().Order}
 	var conds []string
 	if o.Where != "" {
-		conds = append(conds, "("+o.Where+")")
+		// The newline ends a trailing "-- comment" of the operator's SQL.
+		conds = append(conds, "("+o.Where+"\n)")
 	}
 	idCol := pgx.Identifier{cfg.Columns.ID}.Sanitize()
 	if o.FromID != "" {
@@ -110,7 +111,7 @@ func (o tableOptions) rowSelect(cfg config.Config) (snapshot.RowSelect, error) {
 		}
 		sel.Where += c
 	}
-	return sel, nil
+	return sel
 }
 
 // selectionError says which option a server error of the selection comes
@@ -126,7 +127,7 @@ func (o tableOptions) selectionError(table slotctl.TableName, err error) error {
 	if o.ToID != "" {
 		opts = append(opts, fmt.Sprintf("--to-id %q", o.ToID))
 	}
-	return fmt.Errorf("select the rows of %s with %s: %w (fix the option: --where must be an SQL condition on the table's columns, the ids values of the --column-id column's type)",
+	return fmt.Errorf("select the rows of %s with %s: %w (fix the option: --where must be an SQL condition on the table's columns, --from-id and --to-id values of the --column-id column's type)",
 		table, strings.Join(opts, " "), err)
 }
 
@@ -219,10 +220,7 @@ func runTableReplay(ctx context.Context, cfg config.Config, o tableOptions, dryR
 func readTable(ctx context.Context, cfg config.Config, o tableOptions, dryRun bool, rt *router.Router,
 	producer pipeline.Producer, r *tableReplay, log *slog.Logger, stderr io.Writer,
 ) (produced int, total int64, err error) {
-	sel, err := o.rowSelect(cfg)
-	if err != nil {
-		return 0, 0, err
-	}
+	sel := o.rowSelect(cfg)
 	conn, err := pgx.Connect(ctx, cfg.PGDSN)
 	if err != nil {
 		return 0, 0, fmt.Errorf("connect to Postgres (--pg-dsn): %w", err)

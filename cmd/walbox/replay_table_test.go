@@ -186,7 +186,7 @@ func TestReplayFromTable(t *testing.T) {
 	})
 
 	t.Run("snapshot-order", func(t *testing.T) {
-		code, _, stderr := e.replay(t, "--from-table", "--where", "true", "--snapshot-order", "created_at,id", "--dry-run")
+		code, _, stderr := e.replay(t, "--from-table", "--where", "true -- every row", "--snapshot-order", "created_at,id", "--dry-run")
 		if code != exitOK || !strings.Contains(stderr, "12 of 12 matching rows found (dry run, nothing sent), from table public.outbox in order of [created_at id]") {
 			t.Errorf("exit %d, stderr: %s", code, stderr)
 		}
