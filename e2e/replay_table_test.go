@@ -20,9 +20,10 @@ import (
 // --to-id <last of B> --topic replay_b.{aggregate_type}`, the built binary
 // against a real Kafka broker, delivers exactly B's events, each once, in
 // per-aggregate order, with their key, headers and walbox_replay: true,
-// none of A or C, and prints the per-topic counts. A SIGKILL in the middle
-// of a replay leaves no session, snapshot or slot behind, and walbox's slot
-// is never touched.
+// none of A or C, and prints the per-topic counts. A replay parked inside
+// its snapshot (unreachable broker) holds only an ACCESS SHARE lock on the
+// outbox and does not hold up writers; a SIGKILL then leaves no session,
+// snapshot or slot behind, and walbox's slot is never touched.
 func TestReplayFromTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -114,6 +115,22 @@ func TestReplayFromTable(t *testing.T) {
 			return k
 		}
 		waitUntil(ctx, t, time.Minute, "the replay's snapshot transaction", func() bool { return sessions() == 1 })
+		// Parked inside its snapshot, it holds only the ACCESS SHARE lock
+		// of a SELECT on the outbox, and writers are not held up.
+		var modes []string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT l.mode), '{}') FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE a.query LIKE 'FETCH % FROM walbox_rows' AND l.locktype = 'relation' AND l.relation = 'public.outbox'::regclass`).Scan(&modes); err != nil {
+			t.Fatal(err)
+		}
+		if len(modes) != 1 || modes[0] != "AccessShareLock" {
+			t.Errorf("the replay holds %v on the outbox, want only AccessShareLock", modes)
+		}
+		if _, err := conn.Exec(ctx, `SET lock_timeout = '5s'`); err != nil {
+			t.Fatal(err)
+		}
+		if err := outboxtest.WriteTx(ctx, conn, ordered(gen.Batch(3))); err != nil {
+			t.Errorf("writing to the outbox during the replay: %v", err)
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 		waitUntil(ctx, t, 30*time.Second, "the killed replay's session to end", func() bool { return sessions() == 0 })
