@@ -202,11 +202,6 @@ func TestReplayFromTable(t *testing.T) {
 			code int
 			want []string
 		}{
-			{[]string{"--from-table", "--from", "0/10"}, exitUsage, []string{"--from-table and --from exclude each other"}},
-			{[]string{"--from-table", "--where", "true", "--to", "0/10"}, exitUsage, []string{"--from-table and --to exclude each other"}},
-			{[]string{"--from-table"}, exitUsage, []string{"--from-table needs --where, --from-id or --to-id", "--where true"}},
-			{[]string{"--from", "0/10", "--where", "true"}, exitUsage, []string{"--where selects rows of the outbox table and needs --from-table"}},
-			{[]string{"--from-id", tid(1)}, exitUsage, []string{"--from-id selects rows of the outbox table and needs --from-table"}},
 			{[]string{"--from-table", "--where", "nosuch > 1"}, exitFatal, []string{`--where "nosuch > 1"`, `column "nosuch" does not exist`}},
 			{[]string{"--from-table", "--from-id", "7"}, exitFatal, []string{`--from-id "7"`, "invalid input syntax for type uuid"}},
 			{[]string{"--from-table", "--where", "nextval('walbox_test_seq') > 0"}, exitFatal, []string{"cannot execute nextval() in a read-only transaction"}},
@@ -297,5 +292,31 @@ func TestWriteTableProgress(t *testing.T) {
 	want := "walbox replay: 5000 of 20000 rows (25%), 500 rows/s, 10s elapsed\n"
 	if b.String() != want {
 		t.Errorf("got  %q\nwant %q", b.String(), want)
+	}
+}
+
+// TestReplayFromTableUsage: mixing --from-table with the slot replay's
+// range, or selecting rows without it, is a usage error (exit 2) found
+// before connecting, naming both options.
+func TestReplayFromTableUsage(t *testing.T) {
+	env := map[string]string{"WALBOX_PG_DSN": "postgres://walbox@127.0.0.1:1/app", "WALBOX_KAFKA_BROKERS": "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--help"}, exitOK, "--from-table [--where SQL] [--from-id ID] [--to-id ID]"},
+		{[]string{"--from-table", "--from", "0/10"}, exitUsage, "--from-table and --from exclude each other"},
+		{[]string{"--from-table", "--where", "true", "--to", "0/10"}, exitUsage, "--from-table and --to exclude each other"},
+		{[]string{"--from-table"}, exitUsage, "--from-table needs --where, --from-id or --to-id to select the rows to replay (--where true takes every row)"},
+		{[]string{"--from", "0/10", "--where", "true"}, exitUsage, "--where selects rows of the outbox table and needs --from-table"},
+		{[]string{"--from-id", tid(1)}, exitUsage, "--from-id selects rows of the outbox table and needs --from-table"},
+		{[]string{"--to-id", tid(1)}, exitUsage, "--to-id selects rows of the outbox table and needs --from-table"},
+	} {
+		var stdout, stderr strings.Builder
+		code := mainCode(append([]string{"replay"}, tc.args...), func(k string) string { return env[k] }, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d (want %d), output lacks %q:\n%s%s", tc.args, code, tc.code, tc.want, stderr.String(), tail(stdout.String(), 300))
+		}
 	}
 }
