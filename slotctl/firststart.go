@@ -110,7 +110,9 @@ func vanishedError(r resolved, comment string) error {
 		"then re-publish the outbox rows committed since the last event your consumers received: they are still in %s "+
 		"for its retention period, and consumers deduplicate by event_id "+
 		"(for example, as the table's owner, in one statement: WITH moved AS (DELETE FROM %s WHERE created_at >= '<time of the last event received>' RETURNING *) "+
-		"INSERT INTO %s SELECT * FROM moved ORDER BY created_at, id, so each aggregate keeps its order; or do both in one start: walbox run --create-slot --snapshot pending --snapshot-where \"created_at >= '<time of the last event received>'\" sends those rows from the new slot's snapshot before streaming)",
+		"INSERT INTO %s SELECT * FROM moved ORDER BY created_at, id, so each aggregate keeps its order; or do both in one start: walbox run --create-slot --snapshot pending --snapshot-where \"created_at >= '<time of the last event received>'\" sends those rows from the new slot's snapshot before streaming; "+
+		"or, writing nothing: walbox replay --from-table --where \"created_at >= '<time of the last event received>'\" --snapshot-order created_at,id "+
+		"sends them from a read-only snapshot of the table, marked walbox_replay: true)",
 		r.slot, r.slot, r.table, r.table.Sanitize(), r.table.Sanitize())
 	return fmt.Errorf("%w: %s", ErrSlotVanished, b.String())
 }

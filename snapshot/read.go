@@ -174,27 +174,15 @@ type eventIDKey struct{}
 func (r *reader) fetch(ctx context.Context, tx pgx.Tx, fetch string, rel *decoder.Relation, st *Stats,
 	promise func(*kgo.Record, error),
 ) (int, error) {
-	width := len(rel.Columns)
 	rr := tx.Conn().PgConn().ExecParams(ctx, fetch, nil, nil, nil, nil)
 	n := 0
 	for rr.NextRow() {
-		vals := rr.Values()
-		if len(vals) != width+1 {
+		ins, err := rowInsert(rel, r.table, rr.Values())
+		if err != nil {
 			rr.Close()
-			return n, fmt.Errorf("snapshot: a row of %s has %d columns, expected %d", r.table, len(vals), width+1)
+			return n, err
 		}
-		ins := &decoder.Insert{LSN: r.consistentPoint, CommitLSN: r.consistentPoint, Relation: rel, Values: make([]decoder.Value, width)}
-		if xmin, err := strconv.ParseUint(string(vals[width]), 10, 32); err == nil {
-			ins.XID = uint32(xmin)
-		}
-		for i := range width {
-			if vals[i] == nil {
-				ins.Values[i] = decoder.Value{Kind: decoder.KindNull}
-				continue
-			}
-			// Copied: the result reader reuses its buffer for the next row.
-			ins.Values[i] = decoder.Value{Kind: decoder.KindText, Data: append(make([]byte, 0, len(vals[i])), vals[i]...)}
-		}
+		ins.LSN, ins.CommitLSN = r.consistentPoint, r.consistentPoint
 		routed, err := r.router.Route(ins)
 		if err != nil {
 			rr.Close()

@@ -55,18 +55,13 @@ GROUP BY c.oid`, table.Schema, table.Name).Scan(&oid, &names, &types, &mods, &ke
 // in its order, then xmin (the writing transaction, for error messages and
 // dead-letter headers), filtered and ordered as configured.
 func selectSQL(rel *decoder.Relation, table slotctl.TableName, cfg Config) (string, error) {
-	cols := make([]string, 0, len(rel.Columns)+1)
-	for _, c := range rel.Columns {
-		cols = append(cols, pgx.Identifier{c.Name}.Sanitize())
-	}
 	for _, o := range cfg.Order {
 		if rel.ColumnIndex(o) < 0 {
 			return "", fmt.Errorf("%w: --snapshot-order names column %q, which %s does not have (it has %s)",
 				ErrInvalidConfig, o, table, columnList(rel))
 		}
 	}
-	cols = append(cols, "xmin::text::bigint")
-	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + table.Sanitize()
+	sql := "SELECT " + columnsSQL(rel) + " FROM " + table.Sanitize()
 	if cfg.Mode == ModePending {
 		sql += " WHERE (" + cfg.Where + ")"
 	}

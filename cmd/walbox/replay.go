@@ -49,6 +49,7 @@ done, 1 error or refused range, 2 usage or configuration error.
 type replayOptions struct {
 	From, To string
 	DryRun   bool
+	Table    tableOptions // --from-table and its selection (replay_table.go)
 }
 
 // replayMain runs `walbox replay` and returns its exit code.
@@ -58,10 +59,15 @@ func replayMain(args []string, getenv func(string) string, stdout, stderr io.Wri
 	fs.StringVar(&o.From, "from", "", "")
 	fs.StringVar(&o.To, "to", "", "")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "")
+	fs.BoolVar(&o.Table.FromTable, "from-table", false, "")
+	fs.StringVar(&o.Table.Where, "where", "", "")
+	fs.StringVar(&o.Table.FromID, "from-id", "", "")
+	fs.StringVar(&o.Table.ToID, "to-id", "", "")
 	cmd := config.Command{Name: "walbox replay", Flags: fs}
 	cfg, err := cmd.Load(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, replayHelp)
+		fmt.Fprint(stdout, tableReplayHelp)
 		fmt.Fprint(stdout, "\nOptions shared with walbox run (flag, environment variable, key of the --config file):\n")
 		cmd.WriteOptions(stdout)
 		return exitOK
@@ -74,7 +80,11 @@ func replayMain(args []string, getenv func(string) string, stdout, stderr io.Wri
 	// environment or the file it is the usual routing.
 	topicGiven := false
 	fs.Visit(func(f *flag.Flag) { topicGiven = topicGiven || f.Name == "topic" })
-	rg, err := o.parseRange()
+	var rg pipeline.Range
+	err = o.Table.check(o.From, o.To)
+	if err == nil && !o.Table.FromTable {
+		rg, err = o.parseRange()
+	}
 	if err == nil {
 		err = retention.Validate(0, cfg.Slot, cfg.ReplaySlot)
 	}
@@ -93,7 +103,12 @@ func replayMain(args []string, getenv func(string) string, stdout, stderr io.Wri
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runReplay(ctx, cfg, o, rg, rt, stdout, stderr); err != nil {
+	if o.Table.FromTable {
+		err = runTableReplay(ctx, cfg, o.Table, o.DryRun, rt, stdout, stderr)
+	} else {
+		err = runReplay(ctx, cfg, o, rg, rt, stdout, stderr)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
 		return exitFatal
 	}
