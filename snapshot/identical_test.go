@@ -75,10 +75,19 @@ INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload
 // TestSnapshotRecordMatchesWAL: the same rows, read from the snapshot and
 // streamed from the slot, give byte-identical records (topic, key, value,
 // headers in order), for a jsonb payload and for a bytea one.
+//
+// It runs on every installed version: the catalog the snapshot reads and
+// the pgoutput messages the WAL path decodes both changed across them.
 func TestSnapshotRecordMatchesWAL(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testSnapshotRecordMatchesWAL(t, pgtest.WithBinDir(v.BinDir))
+	})
+}
+
+func testSnapshotRecordMatchesWAL(t *testing.T, opts ...func(*pgtest.Options)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pg := pgtest.Start(t)
+	pg := pgtest.Start(t, opts...)
 	dsn := pg.DSN("postgres")
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
