@@ -160,6 +160,7 @@ func streamRecords(ctx context.Context, t *testing.T, dsn, slot string, start pg
 	cfg := pipeline.DefaultConfig()
 	cfg.ConnString, cfg.Slot, cfg.Publication = dsn, slot, slot
 	cfg.Tables = []string{"public.outbox"}
+	cfg.StatusInterval = 50 * time.Millisecond // the relay stops within about one status interval: keeps the test short
 	prod := &capture{}
 	relay, err := pipeline.New(cfg, prod, rt, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
