@@ -227,6 +227,7 @@ func TestKeeperCrashes(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
+		started := time.Now() // the keeper's history begins after this
 		go func() { done <- k.Run(ctx) }()
 		waitFor(t, func() bool {
 			var n int
@@ -239,7 +240,12 @@ func TestKeeperCrashes(t *testing.T) {
 			e.confirmLive(t, e.write(t))
 			atomicStore(&ahead, e.write(t))
 			time.Sleep(150 * time.Millisecond) // less than the window: the assertion is that nothing happens
-			if got := e.confirmed(t, e.tr); got != before {
+			got := e.confirmed(t, e.tr)
+			// A loaded machine can take longer than the window to get
+			// here; then a move is allowed, and this round proves nothing.
+			if elapsed := time.Since(started); elapsed >= cfg.Window {
+				t.Logf("round %d: %s passed since the restart, more than the window: not checking that nothing moved", round, elapsed)
+			} else if got != before {
 				t.Fatalf("round %d: restarted keeper moved the trailing slot from %s to %s within the window", round, before, got)
 			}
 		}
