@@ -271,6 +271,15 @@ func TestKeeperCrashes(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("round %d: Run: %v", round, err)
 		}
+		// Run returned, but an advance it had sent may still be running
+		// on the server (a backend finishes its statement before it sees
+		// the client gone) and move the slot during the next round's
+		// check: wait for the keeper's session to end.
+		waitFor(t, func() bool {
+			var n int
+			_ = e.conn.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'retention_test'`).Scan(&n)
+			return n == 0
+		})
 		check(round)
 	}
 	if last == 0 {
