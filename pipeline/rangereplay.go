@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -297,8 +298,11 @@ func (c *ReplayConfig) setDefaults() {
 // checkTrailingSlot refuses a missing trailing slot (with how to enable
 // it), one that is not pgoutput, and one that lost its WAL.
 func checkTrailingSlot(ctx context.Context, conn *pgconn.PgConn, slot string) error {
+	// invalidation_reason exists from PostgreSQL 17: read through to_jsonb,
+	// it is empty before.
 	rows, err := simpleQuery(ctx, conn, fmt.Sprintf(`SELECT COALESCE(plugin::text, ''), slot_type, COALESCE(wal_status, ''),
-	COALESCE(database::text, '') = current_database()::text FROM pg_replication_slots WHERE slot_name = %s`, quoteLiteral(slot)))
+	COALESCE(database::text, '') = current_database()::text, COALESCE(to_jsonb(s) ->> 'invalidation_reason', '')
+	FROM pg_replication_slots s WHERE slot_name = %s`, quoteLiteral(slot)))
 	if err != nil {
 		return fmt.Errorf("read trailing slot %q: %w", slot, err)
 	}
@@ -306,16 +310,17 @@ func checkTrailingSlot(ctx context.Context, conn *pgconn.PgConn, slot string) er
 		return fmt.Errorf("%w: slot %q does not exist; start walbox run with --replay-window DURATION (WALBOX_REPLAY_WINDOW, e.g. 24h) "+
 			"to keep a trailing slot, with --replay-slot if it is not named <slot>_replay; replays can then cover what commits from then on", ErrNoTrailingSlot, slot)
 	}
-	plugin, typ, walStatus, sameDB := rows[0][0], rows[0][1], rows[0][2], rows[0][3] == "t"
+	plugin, typ, walStatus, sameDB, reason := rows[0][0], rows[0][1], rows[0][2], rows[0][3] == "t", rows[0][4]
 	switch {
 	case !sameDB:
 		return fmt.Errorf("%w: slot %q belongs to another database, not to the one --pg-dsn names; check --pg-dsn and --replay-slot", slotctl.ErrSlotMismatch, slot)
 	case typ != "logical" || plugin != slotctl.Plugin:
 		return fmt.Errorf("%w: slot %q is a %s slot with plugin %q, not walbox's trailing pgoutput slot; check --replay-slot",
 			slotctl.ErrSlotMismatch, slot, typ, plugin)
-	case walStatus == "lost":
-		return fmt.Errorf("%w: trailing slot %q lost its WAL (wal_status lost; max_slot_wal_keep_size removed it), so nothing can be replayed from it; "+
-			"drop it (slotctl drop --slot %s) and walbox run --replay-window creates a new one", slotctl.ErrSlotLost, slot, slot)
+	case walStatus == "lost" || reason != "":
+		return fmt.Errorf("%w: trailing slot %q was invalidated (wal_status %q, reason %q), so nothing can be replayed from it; "+
+			"drop it (slotctl drop --slot %s) and walbox run --replay-window creates a new one; %s",
+			slotctl.ErrSlotLost, slot, walStatus, reason, slot, retention.LostAdvice(reason))
 	}
 	return nil
 }

@@ -40,10 +40,19 @@ func (p *ackingProducer) Flush(context.Context) error { return nil }
 // pg_logical_slot_peek_binary_changes from a helper slot), and replays with
 // bounds at, just inside and just outside them: both ends are inclusive
 // and compare with the commit LSN. Progress is reported while it runs.
+//
+// It runs on every installed version (temporary slot copies, pgoutput
+// proto_version 1 and the walsender differ between them).
 func TestReplayBoundsAreCommitLSNsInclusive(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testReplayBounds(t, pgtest.WithBinDir(v.BinDir))
+	})
+}
+
+func testReplayBounds(t *testing.T, opts ...func(*pgtest.Options)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := pgtest.Start(t)
+	srv := pgtest.Start(t, opts...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)

@@ -66,11 +66,11 @@ func inspectTrailing(ctx context.Context, conn slotctl.Querier, replaySlot strin
 	}
 	if info.WALStatus == "lost" || info.InvalidationReason != "" {
 		// Not dropped by walbox: the operator should learn that the
-		// window was not kept (max_slot_wal_keep_size). Once dropped,
-		// the keeper creates a new one by itself.
-		return info, fmt.Errorf("%w: trailing slot %q was invalidated (wal_status %q, reason %q: max_slot_wal_keep_size is smaller than the WAL of the window), "+
-			"so the window is not replayable; drop it (slotctl drop --slot %s) and walbox creates a new one, and raise max_slot_wal_keep_size or lower --replay-window",
-			slotctl.ErrSlotLost, replaySlot, info.WALStatus, info.InvalidationReason, replaySlot)
+		// window was not kept, and why. Once dropped, the keeper creates
+		// a new one by itself.
+		return info, fmt.Errorf("%w: trailing slot %q was invalidated (wal_status %q, reason %q), so the window is not replayable; "+
+			"drop it (slotctl drop --slot %s) and walbox creates a new one; %s",
+			slotctl.ErrSlotLost, replaySlot, info.WALStatus, info.InvalidationReason, replaySlot, LostAdvice(info.InvalidationReason))
 	}
 	return info, nil
 }

@@ -24,7 +24,7 @@ var shared pgtest.Shared
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if err := shared.Close(); err != nil {
+	if err := errors.Join(shared.Close(), closeByMajor()); err != nil {
 		println("retention tests: close shared server:", err.Error())
 		if code == 0 {
 			code = 1
@@ -42,7 +42,12 @@ type env struct {
 
 func newEnv(t *testing.T) env {
 	t.Helper()
-	srv := shared.Server(t)
+	return newEnvOn(t, shared.Server(t))
+}
+
+// newEnvOn makes a database with a live slot on srv.
+func newEnvOn(t *testing.T, srv *pgtest.Server) env {
+	t.Helper()
 	db := pgtest.NewDatabase(t, srv)
 	ctx := ctxT(t)
 	e := env{dsn: srv.DSN(db), live: db, tr: db + "_replay"}
@@ -108,7 +113,12 @@ func ctxT(t *testing.T) context.Context {
 // slot's confirmed position (not "now", which would be past events still
 // in flight), and a second call (a restart) keeps it where it is.
 func TestEnsureSlotCopiesLive(t *testing.T) {
-	e := newEnv(t)
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testEnsureSlotCopiesLive(t, newEnvOn(t, sharedFor(t, v)))
+	})
+}
+
+func testEnsureSlotCopiesLive(t *testing.T, e env) {
 	confirmed := e.write(t)
 	e.confirmLive(t, confirmed)
 	e.write(t) // in flight: not confirmed by the live slot
@@ -127,7 +137,12 @@ func TestEnsureSlotCopiesLive(t *testing.T) {
 }
 
 func TestEnsureSlotRefusesForeignSlot(t *testing.T) {
-	e := newEnv(t)
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testEnsureSlotRefusesForeignSlot(t, newEnvOn(t, sharedFor(t, v)))
+	})
+}
+
+func testEnsureSlotRefusesForeignSlot(t *testing.T, e env) {
 	e.exec(t, `SELECT pg_create_logical_replication_slot('`+e.tr+`', 'test_decoding')`)
 	_, _, err := retention.EnsureSlot(ctxT(t), e.conn, e.live, e.tr)
 	if !errors.Is(err, retention.ErrSlotMismatch) {
@@ -141,7 +156,12 @@ func TestEnsureSlotRefusesForeignSlot(t *testing.T) {
 // sending it) moves the trailing slot only to the live slot's position; a
 // target behind the trailing slot leaves it alone.
 func TestAdvanceNeverPastLiveNeverBackwards(t *testing.T) {
-	e := newEnv(t)
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testAdvanceNeverPastLiveNeverBackwards(t, newEnvOn(t, sharedFor(t, v)))
+	})
+}
+
+func testAdvanceNeverPastLiveNeverBackwards(t *testing.T, e env) {
 	start := e.confirmed(t, e.live)
 	if _, _, err := retention.EnsureSlot(ctxT(t), e.conn, e.live, e.tr); err != nil {
 		t.Fatal(err)
@@ -207,6 +227,7 @@ func TestKeeperCrashes(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
+		started := time.Now() // the keeper's history begins after this
 		go func() { done <- k.Run(ctx) }()
 		waitFor(t, func() bool {
 			var n int
@@ -219,7 +240,12 @@ func TestKeeperCrashes(t *testing.T) {
 			e.confirmLive(t, e.write(t))
 			atomicStore(&ahead, e.write(t))
 			time.Sleep(150 * time.Millisecond) // less than the window: the assertion is that nothing happens
-			if got := e.confirmed(t, e.tr); got != before {
+			got := e.confirmed(t, e.tr)
+			// A loaded machine can take longer than the window to get
+			// here; then a move is allowed, and this round proves nothing.
+			if elapsed := time.Since(started); elapsed >= cfg.Window {
+				t.Logf("round %d: %s passed since the restart, more than the window: not checking that nothing moved", round, elapsed)
+			} else if got != before {
 				t.Fatalf("round %d: restarted keeper moved the trailing slot from %s to %s within the window", round, before, got)
 			}
 		}
@@ -245,6 +271,15 @@ func TestKeeperCrashes(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("round %d: Run: %v", round, err)
 		}
+		// Run returned, but an advance it had sent may still be running
+		// on the server (a backend finishes its statement before it sees
+		// the client gone) and move the slot during the next round's
+		// check: wait for the keeper's session to end.
+		waitFor(t, func() bool {
+			var n int
+			_ = e.conn.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'retention_test'`).Scan(&n)
+			return n == 0
+		})
 		check(round)
 	}
 	if last == 0 {
@@ -268,8 +303,16 @@ func waitFor(t *testing.T, cond func() bool) {
 // slot at a checkpoint; EnsureSlot then reports it (ErrSlotLost, with the
 // fix) instead of pretending the window is kept, and recreates it once the
 // operator dropped it.
+//
+// It runs on every version: invalidation is reported differently across
+// them (invalidation_reason exists from PostgreSQL 17).
 func TestMaxSlotWALKeepSizeInvalidatesTrailingSlot(t *testing.T) {
-	srv := pgtest.Start(t, pgtest.WithSetting("max_slot_wal_keep_size", "32MB"))
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testMaxSlotWALKeepSize(t, pgtest.Start(t, pgtest.WithBinDir(v.BinDir), pgtest.WithSetting("max_slot_wal_keep_size", "32MB")))
+	})
+}
+
+func testMaxSlotWALKeepSize(t *testing.T, srv *pgtest.Server) {
 	ctx := ctxT(t)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {

@@ -34,11 +34,11 @@ type stateEnv struct {
 	rt   *router.Router
 }
 
-func newStateEnv(t *testing.T) *stateEnv {
+func newStateEnv(t *testing.T, opts ...func(*pgtest.Options)) *stateEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	pg := pgtest.Start(t)
+	pg := pgtest.Start(t, opts...)
 	e := &stateEnv{t: t, ctx: ctx, dsn: pg.DSN("postgres")}
 	var err error
 	if e.conn, err = pgx.Connect(ctx, e.dsn); err != nil {
@@ -85,8 +85,17 @@ func (e *stateEnv) takeover(p snapshot.Producer) (snapshot.Result, error) {
 // --snapshot then refuses to stream, the next takeover drops the untouched
 // slot and takes the whole snapshot again in order, and a start after it
 // finished takes none.
+//
+// It runs on every installed version: CREATE_REPLICATION_SLOT ...
+// EXPORT_SNAPSHOT and SET TRANSACTION SNAPSHOT are what the takeover
+// depends on.
 func TestTakeoverStates(t *testing.T) {
-	e := newStateEnv(t)
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testTakeoverStates(t, newStateEnv(t, pgtest.WithBinDir(v.BinDir)))
+	})
+}
+
+func testTakeoverStates(t *testing.T, e *stateEnv) {
 
 	// 1. Kafka refuses the snapshot: the slot exists, the marker stays
 	// with the consistent point.

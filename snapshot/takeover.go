@@ -79,8 +79,16 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 	}
 	defer conn.Close(context.Background())
 
-	if _, err := slotctl.Preflight(ctx, conn, scfg); err != nil {
+	server, err := slotctl.Preflight(ctx, conn, scfg)
+	if err != nil {
 		return res, err
+	}
+	if scfg.Failover && !slotctl.FeaturesFor(server.VersionNum).FailoverSlots {
+		// Checked here, before the publication is marked: the replication
+		// command's FAILOVER option would fail only after that (a syntax
+		// error on 14, "unrecognized option" on 15 and 16).
+		return res, fmt.Errorf("%w: failover slots need PostgreSQL 17 or newer, the server is %d; turn --failover-slot off",
+			slotctl.ErrUnsupportedVersion, server.VersionNum)
 	}
 	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
 		return res, err
