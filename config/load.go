@@ -61,17 +61,29 @@ type Command struct {
 // it does not use keep their defaults. On -h, -help or --help it returns
 // flag.ErrHelp without printing anything (see WriteOptions).
 func (cmd Command) Load(args []string, getenv func(string) string) (Config, error) {
+	c, _, _, err := cmd.load(args, getenv)
+	if err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// load is Load that also returns where each option's value came from
+// ("FILE:LINE", "environment", "" for a flag; absent: the default) and,
+// when the options were read, the Config even if it has problems, for
+// Sources, and the options whose last given value did not parse.
+func (cmd Command) load(args []string, getenv func(string) string) (Config, map[*option]string, map[*option]bool, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	use, err := cmd.use()
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, nil, err
 	}
 	used := func(o *option) bool { return use == nil || use[o] }
 	flags, err := cmd.parseFlags(args, used)
 	if err != nil {
-		return Config{}, err
+		return Config{}, nil, nil, err
 	}
 
 	c := Defaults()
@@ -113,7 +125,7 @@ func (cmd Command) Load(args []string, getenv func(string) string) (Config, erro
 			if errors.As(err, &pe) {
 				cause = pe.Err
 			}
-			return Config{}, problemf(err, "cannot read config file %q given by %s: %v; check the path", path, from, cause)
+			return Config{}, nil, nil, problemf(err, "cannot read config file %q given by %s: %v; check the path", path, from, cause)
 		}
 		errs = append(errs, applyFile(path, data, set)...)
 	}
@@ -145,10 +157,7 @@ func (cmd Command) Load(args []string, getenv func(string) string) (Config, erro
 
 	c.PGDSN = withoutReplication(c.PGDSN)
 	errs = append(errs, c.problems(failed, use, where)...)
-	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
-	}
-	return c, nil
+	return c, where, failed, errors.Join(errs...)
 }
 
 // use returns the options cmd uses, nil meaning all.

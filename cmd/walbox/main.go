@@ -38,6 +38,9 @@ Usage:
   walbox replay --from LSN|TIME [--to LSN|TIME] [--topic T] [--dry-run] [options]
                            produce a saved range again from the trailing slot
                            kept by walbox run --replay-window
+  walbox config check [--connect] [options]
+                           print the effective configuration with the source
+                           of each value, secrets redacted, and every problem
   walbox version           print the version
   walbox help              show this help
 
@@ -76,6 +79,8 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 		return exitOK
 	case "replay":
 		return replayMain(args[1:], getenv, stdout, stderr)
+	case "config":
+		return configMain(args[1:], getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "walbox: unknown command %q\n\n%s", args[0], usageText)
 		return exitUsage

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/slotctl"
+)
+
+const configUsageText = `Usage:
+  walbox config check [--connect] [--connect-timeout DURATION] [--config FILE] [walbox run options]
+
+Prints the effective configuration of walbox run with the source of each
+value (flag, env, FILE:LINE, default), secrets redacted, and every problem.
+With --connect it also connects to Postgres (and checks wal_level, the
+REPLICATION privilege and the outbox table, as walbox run does on start) and
+asks Kafka for its metadata with the client options walbox run uses.
+
+Exit status: 0 when everything checked is fine, 2 when a problem was found.
+`
+
+// configMain runs `walbox config SUBCOMMAND`.
+func configMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "check" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(stdout, configUsageText)
+			return exitOK
+		}
+		fmt.Fprint(stderr, configUsageText)
+		return exitUsage
+	}
+	return configCheck(args[1:], getenv, stdout, stderr)
+}
+
+// configCheck prints the settings and problems on stdout and a one-line
+// verdict on stderr when there are problems.
+func configCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("walbox config check", flag.ContinueOnError)
+	connect := fs.Bool("connect", false, "also check that Postgres and Kafka accept the configuration")
+	timeout := fs.Duration("connect-timeout", 10*time.Second, "how long each --connect check may take")
+	settings, cfg, err := config.Command{Name: "walbox config check", Flags: fs}.Sources(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, configUsageText)
+		fmt.Fprintln(stdout, "\nOptions of walbox config check:\n  --connect\n  --connect-timeout DURATION (default 10s)\n\nRun 'walbox run --help' for the other options.")
+		return exitOK
+	}
+	if settings == nil { // the arguments or the file could not be read
+		fmt.Fprintf(stderr, "walbox: %v\n", oneLine(err))
+		return exitUsage
+	}
+	printSettings(stdout, settings)
+
+	var problems []string
+	for _, e := range splitErrors(err) {
+		problems = append(problems, e.Error())
+	}
+	if *connect {
+		if len(problems) > 0 {
+			fmt.Fprintln(stdout, "\nConnection checks skipped: fix the configuration problems first.")
+		} else {
+			problems = append(problems, connectChecks(stdout, cfg, *timeout)...)
+		}
+	}
+	if len(problems) == 0 {
+		fmt.Fprintln(stdout, "\nOK: no problems found.")
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "\n%d problem(s):\n", len(problems))
+	for _, p := range problems {
+		fmt.Fprintf(stdout, "  - %s\n", cfg.Scrub(p))
+	}
+	fmt.Fprintf(stderr, "walbox: configuration check found %d problem(s)\n", len(problems))
+	return exitUsage
+}
+
+func printSettings(w io.Writer, settings []config.Setting) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPTION\tVALUE\tSOURCE")
+	for _, s := range settings {
+		fmt.Fprintf(tw, "--%s\t%s\t%s\n", s.Flag, displayValue(s.Value), s.Source)
+	}
+	tw.Flush()
+}
+
+// displayValue keeps the table readable: an empty value is shown as "",
+// and line breaks cannot split a row.
+func displayValue(v string) string {
+	if v == "" {
+		return `""`
+	}
+	return strings.NewReplacer("\n", `\n`, "\t", " ").Replace(v)
+}
+
+// splitErrors undoes errors.Join (nested ones too).
+func splitErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// connectChecks checks Postgres and Kafka with cfg, printing what it found
+// and returning the problems.
+func connectChecks(w io.Writer, cfg config.Config, timeout time.Duration) []string {
+	fmt.Fprintln(w, "\nConnection checks:")
+	var problems []string
+	problems = append(problems, checkPostgres(w, cfg, timeout)...)
+	problems = append(problems, checkKafka(w, cfg, timeout)...)
+	return problems
+}
+
+func checkPostgres(w io.Writer, cfg config.Config, timeout time.Duration) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return []string{fmt.Sprintf("postgres: cannot connect with --pg-dsn: %v; check the host, port, user, password and pg_hba.conf", err)}
+	}
+	defer conn.Close(context.Background())
+	scfg := cfg.SlotctlConfig().WithDefaults()
+	info, err := slotctl.Preflight(ctx, conn, scfg)
+	fmt.Fprintf(w, "  postgres: connected as %q to database %q, PostgreSQL %s, wal_level=%s, replication privilege=%t, superuser=%t\n",
+		info.User, info.Database, info.Version, info.WALLevel, info.Replication, info.Superuser)
+	if info.TableOID != 0 {
+		fmt.Fprintf(w, "  postgres: outbox table %s found (oid %d)\n", info.Table, info.TableOID)
+	}
+	if err == nil {
+		return nil
+	}
+	var problems []string
+	for _, p := range strings.Split(err.Error(), "\n") {
+		if p = strings.TrimSpace(p); p != "" {
+			problems = append(problems, "postgres: "+strings.TrimPrefix(p, "slotctl: "))
+		}
+	}
+	return problems
+}
+
+// kafkaClientConfig is the Kafka client configuration of walbox run, less
+// what only producing needs (batch sizes, topic limits).
+func kafkaClientConfig(cfg config.Config) pipeline.KafkaConfig {
+	return pipeline.KafkaConfig{
+		Brokers:  cfg.KafkaBrokers,
+		ClientID: cfg.ClientID,
+		Linger:   cfg.ProducerLinger,
+	}
+}
+
+func checkKafka(w io.Writer, cfg config.Config, timeout time.Duration) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cl, err := pipeline.NewKafkaClient(kafkaClientConfig(cfg), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer cl.Close()
+	meta, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("kafka: metadata request to --kafka-brokers %s failed within %s: %v; check the addresses, the listeners the brokers advertise, and TLS/SASL settings",
+			strings.Join(cfg.KafkaBrokers, ","), timeout, err)}
+	}
+	fmt.Fprintf(w, "  kafka: cluster %q answered, %d broker(s), controller %d\n", meta.Cluster, len(meta.Brokers), meta.Controller)
+	return nil
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/migrations"
+)
+
+func runConfigCheck(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = mainCode(append([]string{"config", "check"}, args...), func(k string) string { return env[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestConfigCheckOffline(t *testing.T) {
+	const secret = "hunter2-very-secret"
+	dsn := "postgres://walbox:" + secret + "@db:5432/app"
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		wantCode int
+		want     []string // substrings of stdout
+	}{
+		{
+			name:     "valid",
+			env:      map[string]string{"WALBOX_PG_DSN": dsn},
+			args:     []string{"--kafka-brokers", "k1:9092"},
+			wantCode: exitOK,
+			want:     []string{"WALBOX_PG_DSN", "--kafka-brokers", "OK: no problems found"},
+		},
+		{
+			name:     "every problem listed",
+			args:     []string{"--pg-dsn", dsn, "--status-interval", "soon", "--max-inflight-records", "-1"},
+			wantCode: exitUsage,
+			want:     []string{"problem(s):", "--status-interval", "--max-inflight-records", "missing --kafka-brokers"},
+		},
+		{
+			name:     "connect skipped on problems",
+			args:     []string{"--pg-dsn", dsn, "--connect"},
+			wantCode: exitUsage,
+			want:     []string{"Connection checks skipped", "missing --kafka-brokers"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runConfigCheck(t, tt.env, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d\n%s%s", code, tt.wantCode, out, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out+errOut, secret) {
+				t.Errorf("output contains the password:\n%s%s", out, errOut)
+			}
+		})
+	}
+}
+
+func TestConfigCheckUnknownFlag(t *testing.T) {
+	code, _, errOut := runConfigCheck(t, nil, "--kafka-broker", "x:1")
+	if code != exitUsage || !strings.Contains(errOut, "did you mean --kafka-brokers") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestConfigCheckConnect runs --connect against a real Postgres and kfake:
+// a good configuration passes; a role without REPLICATION and a broker
+// address nobody listens on are both listed as problems.
+func TestConfigCheckConnect(t *testing.T) {
+	srv := pgtest.Start(t)
+	db := pgtest.NewDatabase(t, srv)
+	conn, err := pgx.Connect(ctxT(t), srv.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	sql, err := migrations.FS.ReadFile("001_outbox.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "norepl-s3cret-pw"
+	for _, q := range []string{
+		string(sql),
+		`CREATE ROLE walbox_norepl LOGIN PASSWORD '` + secret + `'`,
+		`GRANT SELECT ON public.outbox TO walbox_norepl`,
+	} {
+		if _, err := conn.Exec(ctxT(t), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	good := cluster.ListenAddrs()[0]
+	bad := closedAddr(t)
+
+	u, err := url.Parse(srv.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("walbox_norepl", secret)
+	noRepl := u.String()
+
+	tests := []struct {
+		name     string
+		dsn      string
+		broker   string
+		wantCode int
+		want     []string
+	}{
+		{"good", srv.DSN(db), good, exitOK, []string{"wal_level=logical", "replication privilege=true", "outbox table public.outbox found", "kafka: cluster", "OK: no problems found"}},
+		{"role without replication", noRepl, good, exitUsage, []string{"replication privilege=false", "1 problem(s)", "REPLICATION"}},
+		{"bad broker", srv.DSN(db), bad, exitUsage, []string{"1 problem(s)", "kafka: metadata request to --kafka-brokers " + bad}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runConfigCheck(t, nil, "--connect", "--connect-timeout", "3s",
+				"--pg-dsn", tt.dsn, "--kafka-brokers", tt.broker)
+			t.Logf("stdout:\n%s", out[strings.Index(out, "\nConnection checks"):])
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d\n%s%s", code, tt.wantCode, out, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out+errOut, secret) {
+				t.Errorf("output contains the password:\n%s%s", out, errOut)
+			}
+		})
+	}
+}
+
+// closedAddr is a local address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
