@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/migrations"
+	"github.com/walbox/walbox/pipeline"
 )
 
 func runConfigCheck(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
@@ -158,4 +161,33 @@ func closedAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// TestKafkaClientConfigCoversFields fails when pipeline.KafkaConfig gains a
+// field (TLS, SASL) that kafkaClientConfig does not consider: --connect
+// must connect to Kafka the way walbox run does. A new field that only
+// producing needs goes into producingOnly; one that connecting needs must
+// be set by kafkaClientConfig (and run.go should build its client config
+// from it).
+func TestKafkaClientConfigCoversFields(t *testing.T) {
+	handled := []string{"Brokers", "ClientID", "Linger"}
+	producingOnly := []string{"BatchMaxBytes", "MaxBufferedRecords", "TopicLimits"}
+	typ := reflect.TypeFor[pipeline.KafkaConfig]()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		if !slices.Contains(handled, name) && !slices.Contains(producingOnly, name) {
+			t.Errorf("pipeline.KafkaConfig.%s is new: set it in kafkaClientConfig (configcheck.go) if connecting needs it, then list it here", name)
+		}
+	}
+}
+
+func TestConfigCheckHelp(t *testing.T) {
+	code, out, _ := runConfigCheck(t, nil, "--help")
+	if code != exitOK || !strings.Contains(out, "--connect") || !strings.Contains(out, "Exit status") {
+		t.Errorf("exit %d, stdout:\n%s", code, out)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := mainCode([]string{"config"}, nil, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "walbox config check") {
+		t.Errorf("walbox config: exit %d, stderr %q", code, stderr.String())
+	}
 }
