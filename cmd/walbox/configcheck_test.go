@@ -119,6 +119,8 @@ func TestConfigCheckConnect(t *testing.T) {
 	}
 	u.User = url.UserPassword("walbox_norepl", secret)
 	noRepl := u.String()
+	u.Host = closedAddr(t)
+	noServer := u.String()
 
 	tests := []struct {
 		name     string
@@ -130,12 +132,12 @@ func TestConfigCheckConnect(t *testing.T) {
 		{"good", srv.DSN(db), good, exitOK, []string{"wal_level=logical", "replication privilege=true", "outbox table public.outbox found", "kafka: cluster", "OK: no problems found"}},
 		{"role without replication", noRepl, good, exitUsage, []string{"replication privilege=false", "1 problem(s)", "REPLICATION"}},
 		{"bad broker", srv.DSN(db), bad, exitUsage, []string{"1 problem(s)", "kafka: metadata request to --kafka-brokers " + bad}},
+		{"no postgres", noServer, good, exitUsage, []string{"1 problem(s)", "postgres: cannot connect with --pg-dsn"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errOut := runConfigCheck(t, nil, "--connect", "--connect-timeout", "3s",
 				"--pg-dsn", tt.dsn, "--kafka-brokers", tt.broker)
-			t.Logf("stdout:\n%s", out[strings.Index(out, "\nConnection checks"):])
 			if code != tt.wantCode {
 				t.Errorf("exit %d, want %d\n%s%s", code, tt.wantCode, out, errOut)
 			}
