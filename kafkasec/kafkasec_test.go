@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -89,6 +91,9 @@ func TestConnects(t *testing.T) {
 	if err := ping(t, addrs, wrongPass); err == nil {
 		t.Error("a wrong password connected")
 	} else if strings.Contains(err.Error(), "not-the-password") {
+		// kfake closes the connection instead of answering
+		// SASL_AUTHENTICATION_FAILED, so AuthFailure is tested on that
+		// error below.
 		t.Errorf("the error shows the password: %v", err)
 	}
 
@@ -96,6 +101,8 @@ func TestConnects(t *testing.T) {
 	untrusted.TLSCAFile = certtest.NewCA(t, "other").CertFile
 	if err := ping(t, addrs, untrusted); err == nil {
 		t.Error("a broker certificate from an untrusted CA was accepted")
+	} else {
+		checkAuthFailure(t, untrusted, err, "--kafka-tls-ca-file", secret)
 	}
 
 	insecure := untrusted
@@ -108,6 +115,33 @@ func TestConnects(t *testing.T) {
 	noClientCert.TLSCertFile, noClientCert.TLSKeyFile = "", ""
 	if err := ping(t, addrs, noClientCert); err == nil {
 		t.Error("connected without the client certificate the broker requires")
+	}
+}
+
+// checkAuthFailure checks that err is recognised as a security failure,
+// explained in one line naming the option to fix, without the secret.
+func checkAuthFailure(t *testing.T, c kafkasec.Config, err error, option, secret string) {
+	t.Helper()
+	af := c.AuthFailure(err)
+	if af == nil {
+		t.Errorf("AuthFailure(%v) = nil, want a security failure", err)
+		return
+	}
+	msg := af.Error()
+	if !errors.Is(af, kafkasec.ErrAuth) || !strings.Contains(msg, option) || strings.Contains(msg, "\n") || strings.Contains(msg, secret) {
+		t.Errorf("AuthFailure: %q: want one line naming %s without the secret, matching ErrAuth", msg, option)
+	}
+	t.Logf("%s", msg)
+}
+
+// TestAuthFailureSASL: a real broker answers a wrong password with
+// SASL_AUTHENTICATION_FAILED, which franz-go returns wrapped.
+func TestAuthFailureSASL(t *testing.T) {
+	c := kafkasec.Config{SASLMechanism: kafkasec.MechanismScramSHA512, SASLUsername: "walbox", SASLPassword: secret}
+	err := fmt.Errorf("kafka metadata: %w", kerr.SaslAuthenticationFailed)
+	checkAuthFailure(t, c, err, "--kafka-sasl-password-file", secret)
+	if c.AuthFailure(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")) != nil {
+		t.Error("a refused connection was taken for a security failure; walbox would stop instead of retrying")
 	}
 }
 

@@ -165,7 +165,9 @@ func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipel
 		if err != nil {
 			return err
 		}
-		kc.BatchMaxBytes = effectiveBatchMax(ctx, kc, log)
+		if kc.BatchMaxBytes, err = effectiveBatchMax(ctx, kc, cfg.KafkaSecurity, log); err != nil {
+			return err
+		}
 		kc.MaxBufferedRecords = cfg.MaxInflightRecords
 		kcl, err := pipeline.NewKafkaClient(kc, log, prometheus.NewRegistry())
 		if err != nil {
