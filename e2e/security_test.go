@@ -124,7 +124,34 @@ func TestKafkaSecurityKfake(t *testing.T) {
 		t.Errorf("the succeeding run shows the password:\n%s", out)
 	}
 
+	// --kafka-tls-insecure-skip-verify accepts the certificate of a CA
+	// walbox was not given, with a WARN at start.
 	other := certtest.NewCA(t, "other")
+	id2 := e.insert(t, validRow("ord-2"))
+	p = startWalboxSplit(t, append(e.walboxEnv(), "WALBOX_KAFKA_TLS_CA_FILE="+other.CertFile, "WALBOX_KAFKA_TLS_INSECURE_SKIP_VERIFY=true",
+		"WALBOX_KAFKA_SASL_MECHANISM=SCRAM-SHA-512", "WALBOX_KAFKA_SASL_USERNAME=walbox", "WALBOX_KAFKA_SASL_PASSWORD="+kafkaSecret))
+	waitUntil(ctx, t, 60*time.Second, "delivery with --kafka-tls-insecure-skip-verify", func() bool {
+		if p.exited() {
+			t.Fatalf("walbox exited: %v\n%s", p.err, p.stderr.Tail(4000))
+		}
+		return col.has(id2)
+	})
+	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	if !hasLogLine(p.stderr.String(), "WARN", "INSECURE", "--kafka-tls-insecure-skip-verify") {
+		t.Errorf("no WARN line about --kafka-tls-insecure-skip-verify:\n%s", p.stderr.Tail(3000))
+	}
+	if strings.Contains(p.stderr.String()+p.stdout.String(), kafkaSecret) {
+		t.Errorf("a run given the password in WALBOX_KAFKA_SASL_PASSWORD shows it:\n%s", p.stderr.String())
+	}
+
+	// --help, with the password in the environment, shows no secret.
+	help := runWalboxToExit(t, []string{"WALBOX_KAFKA_SASL_PASSWORD=" + kafkaSecret}, []string{"--help"}, 30*time.Second)
+	if !strings.Contains(help.stdout+help.stderr, "--kafka-sasl-password") || strings.Contains(help.stdout+help.stderr, kafkaSecret) {
+		t.Errorf("walbox run --help: want the option listed and no secret; got exit %d:\n%s%s", help.code, help.stdout, help.stderr)
+	}
+
 	start := time.Now()
 	res := runWalboxToExit(t, append(e.walboxEnv(), "WALBOX_KAFKA_TLS_CA_FILE="+other.CertFile, "WALBOX_KAFKA_SASL_MECHANISM=SCRAM-SHA-512", "WALBOX_KAFKA_SASL_USERNAME=walbox"),
 		[]string{"--kafka-sasl-password", kafkaSecret}, 60*time.Second)

@@ -160,63 +160,47 @@ func (c Config) CheckSASL() error {
 }
 
 // Mechanism returns the SASL mechanism, nil when SASL is off. It checks
-// what can be checked without a broker; the credentials themselves are read
-// on every authentication.
+// the settings (CheckSASL) and reads the secret files once, so that a
+// problem shows at start; the credentials are then read again on every
+// authentication, so rotated files are picked up.
 func (c Config) Mechanism() (sasl.Mechanism, error) {
+	if err := c.CheckSASL(); err != nil {
+		return nil, err
+	}
 	switch c.SASLMechanism {
-	case "":
-		return nil, nil
-	case MechanismPlain:
-		if err := c.checkUserPass(); err != nil {
+	case MechanismPlain, MechanismScramSHA256, MechanismScramSHA512:
+		if _, err := c.password(); err != nil {
 			return nil, err
 		}
+	case MechanismOAuthBearer:
+		if _, err := c.token(); err != nil {
+			return nil, err
+		}
+	}
+	switch c.SASLMechanism {
+	case MechanismPlain:
 		return plain.Plain(func(context.Context) (plain.Auth, error) {
 			pass, err := c.password()
 			return plain.Auth{User: c.SASLUsername, Pass: pass}, err
 		}), nil
-	case MechanismScramSHA256, MechanismScramSHA512:
-		if err := c.checkUserPass(); err != nil {
-			return nil, err
-		}
-		fn := func(context.Context) (scram.Auth, error) {
-			pass, err := c.password()
-			return scram.Auth{User: c.SASLUsername, Pass: pass}, err
-		}
-		if c.SASLMechanism == MechanismScramSHA256 {
-			return scram.Sha256(fn), nil
-		}
-		return scram.Sha512(fn), nil
+	case MechanismScramSHA256:
+		return scram.Sha256(c.scramAuth), nil
+	case MechanismScramSHA512:
+		return scram.Sha512(c.scramAuth), nil
 	case MechanismOAuthBearer:
-		if c.SASLOAuthTokenFile == "" {
-			return nil, invalidf(nil, "--kafka-sasl-mechanism OAUTHBEARER needs --kafka-sasl-oauth-token-file (WALBOX_KAFKA_SASL_OAUTH_TOKEN_FILE)")
-		}
-		if _, err := c.token(); err != nil {
-			return nil, err
-		}
 		return oauth.Oauth(func(context.Context) (oauth.Auth, error) {
 			tok, err := c.token()
 			return oauth.Auth{Token: tok}, err
 		}), nil
 	case MechanismAWSMSKIAM:
-		if _, err := awsAuth(); err != nil {
-			return nil, err
-		}
 		return aws.ManagedStreamingIAM(func(context.Context) (aws.Auth, error) { return awsAuth() }), nil
-	default:
-		return nil, invalidf(nil, "--kafka-sasl-mechanism %q is not supported; use one of %s",
-			c.SASLMechanism, strings.Join(Mechanisms, ", "))
 	}
+	return nil, nil // "": no SASL
 }
 
-func (c Config) checkUserPass() error {
-	if c.SASLUsername == "" {
-		return invalidf(nil, "--kafka-sasl-mechanism %s needs --kafka-sasl-username (WALBOX_KAFKA_SASL_USERNAME)", c.SASLMechanism)
-	}
-	if c.SASLPassword == "" && c.SASLPasswordFile == "" {
-		return invalidf(nil, "--kafka-sasl-mechanism %s needs --kafka-sasl-password-file or --kafka-sasl-password (WALBOX_KAFKA_SASL_PASSWORD_FILE, WALBOX_KAFKA_SASL_PASSWORD)", c.SASLMechanism)
-	}
-	_, err := c.password()
-	return err
+func (c Config) scramAuth(context.Context) (scram.Auth, error) {
+	pass, err := c.password()
+	return scram.Auth{User: c.SASLUsername, Pass: pass}, err
 }
 
 // password returns the password, from SASLPasswordFile when it is set.

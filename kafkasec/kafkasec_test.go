@@ -231,3 +231,29 @@ func TestMechanisms(t *testing.T) {
 		t.Errorf("zero Config: %d options, %v; want none", len(opts), err)
 	}
 }
+
+// TestOAuthTokenReread: the OAUTHBEARER token file is read on every
+// authentication, so a token refreshed by another process is sent next.
+func TestOAuthTokenReread(t *testing.T) {
+	file := secretFile(t, "token-one")
+	m, err := kafkasec.Config{SASLMechanism: kafkasec.MechanismOAuthBearer, SASLOAuthTokenFile: file}.Mechanism()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func() string {
+		_, msg, err := m.Authenticate(context.Background(), "broker:9092")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(msg)
+	}
+	if msg := first(); !strings.Contains(msg, "Bearer token-one") {
+		t.Fatalf("first message %q does not carry token-one", msg)
+	}
+	if err := os.WriteFile(file, []byte("token-two\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if msg := first(); !strings.Contains(msg, "Bearer token-two") || strings.Contains(msg, "token-one") {
+		t.Fatalf("after the file changed, first message %q, want token-two", msg)
+	}
+}
