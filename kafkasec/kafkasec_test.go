@@ -140,6 +140,7 @@ func TestAuthFailureSASL(t *testing.T) {
 	c := kafkasec.Config{SASLMechanism: kafkasec.MechanismScramSHA512, SASLUsername: "walbox", SASLPassword: secret}
 	err := fmt.Errorf("kafka metadata: %w", kerr.SaslAuthenticationFailed)
 	checkAuthFailure(t, c, err, "--kafka-sasl-password-file", secret)
+	checkAuthFailure(t, c, fmt.Errorf("kafka metadata: %w", kerr.UnsupportedSaslMechanism), "--kafka-sasl-mechanism", secret)
 	if c.AuthFailure(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")) != nil {
 		t.Error("a refused connection was taken for a security failure; walbox would stop instead of retrying")
 	}
@@ -256,4 +257,36 @@ func TestOAuthTokenReread(t *testing.T) {
 	if msg := first(); !strings.Contains(msg, "Bearer token-two") || strings.Contains(msg, "token-one") {
 		t.Fatalf("after the file changed, first message %q, want token-two", msg)
 	}
+}
+
+// TestServerNameAndMechanismFailures: a certificate for another name and a
+// mechanism the brokers do not enable are explained with the option to fix.
+func TestServerNameAndMechanismFailures(t *testing.T) {
+	ca := certtest.NewCA(t, "kafka")
+	srv := ca.Server(t, "kafka.internal")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{srv.TLS(t)}, MinVersion: tls.VersionTLS12}),
+		kfake.EnableSASL(), kfake.Superuser(kafkasec.MechanismScramSHA512, "walbox", secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+
+	wrongName := kafkasec.Config{TLSCAFile: ca.CertFile, SASLMechanism: kafkasec.MechanismScramSHA512, SASLUsername: "walbox", SASLPassword: secret}
+	if err := ping(t, addrs, wrongName); err == nil {
+		t.Error("a certificate for kafka.internal was accepted for 127.0.0.1")
+	} else {
+		checkAuthFailure(t, wrongName, err, "--kafka-tls-server-name", secret)
+	}
+	named := wrongName
+	named.TLSServerName = "kafka.internal"
+	if err := ping(t, addrs, named); err != nil {
+		t.Errorf("with --kafka-tls-server-name kafka.internal: %v", err)
+	}
+	plainMech := named
+	plainMech.SASLMechanism = kafkasec.MechanismPlain
+	if err := ping(t, addrs, plainMech); err == nil {
+		t.Error("PLAIN connected to a cluster with only a SCRAM-SHA-512 user")
+	} // kfake closes the connection (EOF); a real broker's answer is tested in TestAuthFailureSASL
 }
