@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walbox/walbox/kafkasec"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
@@ -124,6 +125,9 @@ type Config struct {
 	ReconnectBackoffMax time.Duration
 	// ClientID is the Kafka client id; 1 to 256 bytes. Default "walbox".
 	ClientID string
+	// KafkaSecurity holds Kafka TLS and SASL; the zero value (default) is
+	// plaintext without authentication. Redacted masks its password.
+	KafkaSecurity kafkasec.Config
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 	// LogFormat is json (default) or text.
@@ -244,10 +248,12 @@ func (c Config) Validate() error {
 }
 
 // Redacted returns a copy of c that is safe to log: the password in PGDSN
-// (userinfo, password= or sslpassword=) is replaced by "xxxxx".
+// (userinfo, password= or sslpassword=) and the Kafka SASL password are
+// replaced by "xxxxx". (The other secrets are held in files, by path.)
 func (c Config) Redacted() Config {
 	c.PGDSN, _ = redactDSN(c.PGDSN)
 	c.KafkaBrokers = slices.Clone(c.KafkaBrokers)
+	c.KafkaSecurity.SASLPassword = redactSecret(c.KafkaSecurity.SASLPassword)
 	return c
 }
 

@@ -190,6 +190,75 @@ var options = []*option{
 		pipeline: func(c *Config, p *pipeline.Config) { p.MaxInflightBytes = c.MaxInflightBytes },
 	},
 
+	// Kafka security (package kafkasec; checks in kafkasec.go).
+	{
+		flag: "kafka-tls", env: "WALBOX_KAFKA_TLS", yaml: "kafka_tls", group: groupKafka,
+		help:  "Connect to the brokers over TLS; on when any other --kafka-tls-* option is given",
+		value: boolValue(func(c *Config) *bool { return &c.KafkaSecurity.TLS }),
+		check: func(*Config) error { return nil },
+	},
+	{
+		flag: "kafka-tls-ca-file", env: "WALBOX_KAFKA_TLS_CA_FILE", yaml: "kafka_tls_ca_file", group: groupKafka,
+		help:  "PEM file with the CA certificates that sign the brokers' certificates; empty means the system's roots",
+		value: stringValue("FILE", func(c *Config) *string { return &c.KafkaSecurity.TLSCAFile }),
+		check: checkKafkaTLSCA,
+	},
+	{
+		flag: "kafka-tls-cert-file", env: "WALBOX_KAFKA_TLS_CERT_FILE", yaml: "kafka_tls_cert_file", group: groupKafka,
+		help:  "PEM client certificate for mutual TLS, with --kafka-tls-key-file",
+		value: stringValue("FILE", func(c *Config) *string { return &c.KafkaSecurity.TLSCertFile }),
+		check: checkKafkaTLSCert,
+	},
+	{
+		flag: "kafka-tls-key-file", env: "WALBOX_KAFKA_TLS_KEY_FILE", yaml: "kafka_tls_key_file", group: groupKafka,
+		help:  "PEM private key of --kafka-tls-cert-file (unencrypted; restrict the file's permissions)",
+		value: stringValue("FILE", func(c *Config) *string { return &c.KafkaSecurity.TLSKeyFile }),
+		check: checkKafkaTLSKey,
+	},
+	{
+		flag: "kafka-tls-server-name", env: "WALBOX_KAFKA_TLS_SERVER_NAME", yaml: "kafka_tls_server_name", group: groupKafka,
+		help:  "Name the brokers' certificates must carry, instead of the host walbox dials",
+		value: stringValue("NAME", func(c *Config) *string { return &c.KafkaSecurity.TLSServerName }),
+		check: func(*Config) error { return nil }, // any name; the TLS handshake checks it
+	},
+	{
+		flag: "kafka-tls-insecure-skip-verify", env: "WALBOX_KAFKA_TLS_INSECURE_SKIP_VERIFY", yaml: "kafka_tls_insecure_skip_verify", group: groupKafka,
+		help:  "Accept any broker certificate (no authentication of the brokers; logged as a warning at start); for tests only",
+		value: boolValue(func(c *Config) *bool { return &c.KafkaSecurity.TLSInsecureSkipVerify }),
+		check: func(*Config) error { return nil },
+	},
+	{
+		flag: "kafka-sasl-mechanism", env: "WALBOX_KAFKA_SASL_MECHANISM", yaml: "kafka_sasl_mechanism", group: groupKafka,
+		help:  "SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN); empty means no SASL",
+		value: upperValue("MECHANISM", func(c *Config) *string { return &c.KafkaSecurity.SASLMechanism }),
+		check: checkKafkaSASL,
+	},
+	{
+		flag: "kafka-sasl-username", env: "WALBOX_KAFKA_SASL_USERNAME", yaml: "kafka_sasl_username", group: groupKafka,
+		help:  "SASL user name for PLAIN and SCRAM",
+		value: stringValue("NAME", func(c *Config) *string { return &c.KafkaSecurity.SASLUsername }),
+		check: func(*Config) error { return nil }, // required by the mechanism: checkKafkaSASL
+	},
+	{
+		flag: "kafka-sasl-password", env: "WALBOX_KAFKA_SASL_PASSWORD", yaml: "kafka_sasl_password", group: groupKafka,
+		help:   "SASL password for PLAIN and SCRAM; prefer --kafka-sasl-password-file",
+		value:  secretValue(func(c *Config) *string { return &c.KafkaSecurity.SASLPassword }),
+		check:  func(*Config) error { return nil }, // required by the mechanism: checkKafkaSASL
+		redact: redactSecret,
+	},
+	{
+		flag: "kafka-sasl-password-file", env: "WALBOX_KAFKA_SASL_PASSWORD_FILE", yaml: "kafka_sasl_password_file", group: groupKafka,
+		help:  "File holding the SASL password, re-read on every connection (so it can be rotated); wins over --kafka-sasl-password",
+		value: stringValue("FILE", func(c *Config) *string { return &c.KafkaSecurity.SASLPasswordFile }),
+		check: func(c *Config) error { return checkSecretFile(c.KafkaSecurity.SASLPasswordFile) },
+	},
+	{
+		flag: "kafka-sasl-oauth-token-file", env: "WALBOX_KAFKA_SASL_OAUTH_TOKEN_FILE", yaml: "kafka_sasl_oauth_token_file", group: groupKafka,
+		help:  "File holding the OAUTHBEARER token, re-read on every connection, so a refreshed token is used",
+		value: stringValue("FILE", func(c *Config) *string { return &c.KafkaSecurity.SASLOAuthTokenFile }),
+		check: func(c *Config) error { return checkSecretFile(c.KafkaSecurity.SASLOAuthTokenFile) },
+	},
+
 	// Routing.
 	{
 		flag: "topic", env: "WALBOX_TOPIC", yaml: "topic", group: groupRouting,

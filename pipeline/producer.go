@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/plugin/kslog"
 )
@@ -31,6 +33,26 @@ type KafkaConfig struct {
 	// max.message.bytes once looked up. Give the same value to the relay
 	// (Config.TopicLimits).
 	TopicLimits *KafkaTopicLimits
+	// TLS, when set, makes every broker connection use it; SASL, when set,
+	// authenticates every connection (package kafkasec builds both).
+	TLS  *tls.Config
+	SASL sasl.Mechanism
+}
+
+// connOpts returns the options that say how to reach and authenticate to
+// the brokers; every client built from a KafkaConfig starts with them.
+func (c KafkaConfig) connOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	if c.ClientID != "" {
+		opts = append(opts, kgo.ClientID(c.ClientID))
+	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
+	}
+	return opts
 }
 
 // NewKafkaClient returns a franz-go client set up for the outbox guarantee:
@@ -49,8 +71,7 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	if len(c.Brokers) == 0 {
 		return nil, fmt.Errorf("kafka: no brokers configured; set --kafka-brokers (WALBOX_KAFKA_BROKERS)")
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(c.Brokers...),
+	opts := append(c.connOpts(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
@@ -62,11 +83,8 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 		kgo.ProducerLinger(c.Linger),
 		// franz-go waits 5s by default between metadata loads; a topic
 		// the broker has just auto-created would stall produces that long.
-		kgo.MetadataMinAge(500 * time.Millisecond),
-	}
-	if c.ClientID != "" {
-		opts = append(opts, kgo.ClientID(c.ClientID))
-	}
+		kgo.MetadataMinAge(500*time.Millisecond),
+	)
 	batchMax := int32(DefaultConfig().MaxBatchBytes)
 	if c.BatchMaxBytes > 0 {
 		batchMax = int32(c.BatchMaxBytes)
@@ -96,8 +114,9 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 // record batch the brokers accept. walbox caps its batches at it, so that a
 // record too large for Kafka is refused alone, by the client, instead of
 // getting a whole batch of innocent records refused with it.
-func BrokerMessageMaxBytes(ctx context.Context, brokers []string) (int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// It connects with c's brokers, TLS and SASL.
+func BrokerMessageMaxBytes(ctx context.Context, c KafkaConfig) (int, error) {
+	cl, err := kgo.NewClient(c.connOpts()...)
 	if err != nil {
 		return 0, err
 	}

@@ -161,13 +161,15 @@ func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipel
 	}
 	var producer pipeline.Producer
 	if !o.DryRun {
-		kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{
-			Brokers:            cfg.KafkaBrokers,
-			ClientID:           cfg.ClientID,
-			Linger:             cfg.ProducerLinger,
-			BatchMaxBytes:      effectiveBatchMax(ctx, cfg, log),
-			MaxBufferedRecords: cfg.MaxInflightRecords,
-		}, log, prometheus.NewRegistry())
+		kc, err := kafkaConfig(cfg, log)
+		if err != nil {
+			return err
+		}
+		if kc.BatchMaxBytes, err = effectiveBatchMax(ctx, kc, cfg.KafkaSecurity, log); err != nil {
+			return err
+		}
+		kc.MaxBufferedRecords = cfg.MaxInflightRecords
+		kcl, err := pipeline.NewKafkaClient(kc, log, prometheus.NewRegistry())
 		if err != nil {
 			return err
 		}

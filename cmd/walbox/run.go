@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/kafkasec"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
@@ -43,19 +44,20 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	batchMax := effectiveBatchMax(ctx, cfg, log)
+	kc, err := kafkaConfig(cfg, log)
+	if err != nil {
+		return err
+	}
+	if kc.BatchMaxBytes, err = effectiveBatchMax(ctx, kc, cfg.KafkaSecurity, log); err != nil {
+		return err
+	}
 	// Each topic's max.message.bytes, looked up when the topic is first
 	// seen: the relay refuses an oversized record before producing it, in
 	// stream order, and batches stay within the topic's limit.
 	limits := pipeline.NewKafkaTopicLimits()
-	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{
-		Brokers:            cfg.KafkaBrokers,
-		ClientID:           cfg.ClientID,
-		Linger:             cfg.ProducerLinger,
-		BatchMaxBytes:      batchMax,
-		MaxBufferedRecords: cfg.MaxInflightRecords + 1,
-		TopicLimits:        limits,
-	}, log, reg)
+	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 1
+	kc.TopicLimits = limits
+	kcl, err := pipeline.NewKafkaClient(kc, log, reg)
 	if err != nil {
 		return err
 	}
@@ -72,7 +74,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}
 
 	pcfg := cfg.PipelineConfig()
-	pcfg.MaxBatchBytes = batchMax
+	pcfg.MaxBatchBytes = kc.BatchMaxBytes
 	pcfg.TopicLimits = limits
 	relay, err := pipeline.New(pcfg, kcl, rt, reg, log)
 	if err != nil {
@@ -140,21 +142,28 @@ func setupSlot(ctx context.Context, cfg config.Config, rt *router.Router, log *s
 // message.max.bytes, so an oversized record is refused alone instead of
 // taking its batch down with it. If the brokers cannot be asked (down,
 // or no DescribeConfigs permission), the flag's value stands.
-func effectiveBatchMax(ctx context.Context, cfg config.Config, log *slog.Logger) int {
+//
+// It is also walbox's first connection to Kafka: a certificate or SASL
+// failure stops walbox with the option to fix (sec.AuthFailure), since
+// retrying cannot help.
+func effectiveBatchMax(ctx context.Context, kc pipeline.KafkaConfig, sec kafkasec.Config, log *slog.Logger) (int, error) {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	limit, err := pipeline.BrokerMessageMaxBytes(qctx, cfg.KafkaBrokers)
+	limit, err := pipeline.BrokerMessageMaxBytes(qctx, kc)
+	if af := sec.AuthFailure(err); af != nil {
+		return 0, af
+	}
 	if err != nil {
 		log.Warn("could not read the brokers' message.max.bytes; keeping --producer-batch-max-bytes",
-			"err", err, "producer_batch_max_bytes", cfg.ProducerBatchMaxBytes)
-		return cfg.ProducerBatchMaxBytes
+			"err", err, "producer_batch_max_bytes", kc.BatchMaxBytes)
+		return kc.BatchMaxBytes, nil
 	}
-	if limit < cfg.ProducerBatchMaxBytes {
+	if limit < kc.BatchMaxBytes {
 		log.Info("capping the producer batch size at the brokers' message.max.bytes",
-			"message_max_bytes", limit, "producer_batch_max_bytes", cfg.ProducerBatchMaxBytes)
-		return limit
+			"message_max_bytes", limit, "producer_batch_max_bytes", kc.BatchMaxBytes)
+		return limit, nil
 	}
-	return cfg.ProducerBatchMaxBytes
+	return kc.BatchMaxBytes, nil
 }
 
 func newLogger(cfg config.Config, out io.Writer) *slog.Logger {

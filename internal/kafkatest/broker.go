@@ -42,6 +42,7 @@ type Broker struct {
 	jvmLogPath     string // the JVM's stdout and stderr
 	brokerPort     int
 	controllerPort int
+	saslPort       int // the SASL_SSL listener's, with Options.SASLSSL
 
 	mu       sync.Mutex
 	proc     *proc  // nil while stopped or killed
@@ -146,6 +147,11 @@ func (b *Broker) startFresh(ctx context.Context) error {
 		if b.brokerPort, b.controllerPort, err = freePorts(); err != nil {
 			return fmt.Errorf("kafkatest: find free ports: %w", err)
 		}
+		if b.opts.SASLSSL != nil {
+			if b.saslPort, err = freePort(); err != nil {
+				return fmt.Errorf("kafkatest: find free ports: %w", err)
+			}
+		}
 		if err := os.RemoveAll(b.dataDir); err != nil {
 			return fmt.Errorf("kafkatest: %w", err)
 		}
@@ -182,6 +188,11 @@ func freePorts() (broker, controller int, err error) {
 // `kafka-storage.sh format -t <id> -c server.properties --standalone`.
 func (b *Broker) format(ctx context.Context) error {
 	props := b.opts.serverProperties(b.brokerPort, b.controllerPort, b.dataDir)
+	if b.opts.SASLSSL != nil {
+		if err := b.opts.SASLSSL.addProperties(props, b.saslPort, b.dir); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(b.propsPath, []byte(renderProperties(props)), 0o644); err != nil {
 		return fmt.Errorf("kafkatest: %w", err)
 	}
@@ -199,6 +210,9 @@ func (b *Broker) format(ctx context.Context) error {
 		"-c", b.propsPath,
 		"--standalone",
 	)
+	if b.opts.SASLSSL != nil {
+		args = append(args, b.opts.SASLSSL.formatArgs()...)
+	}
 	cmd := exec.CommandContext(ctx, b.java, args...)
 	cmd.Dir = b.dir
 	setGroupKill(cmd)

@@ -64,6 +64,9 @@ type Options struct {
 	// connection a client makes after its first metadata request crosses
 	// the proxy.
 	Advertise func(brokerAddr string) string
+
+	// SASLSSL, when set, adds a SASL_SSL listener (saslssl.go).
+	SASLSSL *SASLSSL
 }
 
 // Bool returns a pointer to v, for Options.AutoCreateTopics.
@@ -96,6 +99,9 @@ func (o Options) Validate() error {
 	}
 	if o.MessageMaxBytes < 0 {
 		return fmt.Errorf("kafkatest: MessageMaxBytes = %d, want >= 0 (0 means Kafka's default)", o.MessageMaxBytes)
+	}
+	if err := o.SASLSSL.validate(); err != nil {
+		return err
 	}
 	for k, v := range o.ExtraProperties {
 		if k == "" || strings.ContainsAny(k, " \t\r\n\f=:#!\\") {

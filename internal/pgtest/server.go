@@ -33,6 +33,9 @@ type Options struct {
 
 	// BinDir holds initdb and postgres. Empty means FindBinDir().
 	BinDir string
+
+	// TLS, when set, makes TCP connections TLS-only (tls.go).
+	TLS *TLS
 }
 
 // defaultSettings are tuned for fast, disposable servers. They give up crash
@@ -63,6 +66,7 @@ type Server struct {
 	port    int
 	major   int
 	cred    *credential
+	tls     *TLS // Options.TLS
 
 	mu     sync.Mutex
 	proc   *proc // nil while stopped
@@ -105,6 +109,7 @@ func StartServer(ctx context.Context, opts Options) (*Server, error) {
 		root:    root,
 		dataDir: filepath.Join(root, "data"),
 		cred:    cred,
+		tls:     opts.TLS,
 	}
 	s.logPath = filepath.Join(s.dataDir, "postgres.log")
 	if err := s.init(ctx, settings); err != nil {
@@ -139,6 +144,17 @@ func (s *Server) init(ctx context.Context, settings map[string]string) error {
 		return fmt.Errorf("pgtest: PG_VERSION %q: %w", v, err)
 	}
 
+	hba := "# written by walbox internal/pgtest: trust everything local\n" +
+		"local all         all              trust\n" +
+		"local replication all              trust\n" +
+		"host  all         all 127.0.0.1/32 trust\n" +
+		"host  replication all 127.0.0.1/32 trust\n"
+	if s.tls != nil {
+		if hba, err = s.setupTLS(settings); err != nil {
+			return err
+		}
+	}
+
 	// Later lines win in postgresql.conf, so appending overrides initdb's.
 	var conf strings.Builder
 	conf.WriteString("\n# --- added by walbox internal/pgtest ---\n")
@@ -155,11 +171,6 @@ func (s *Server) init(ctx context.Context, settings map[string]string) error {
 		return fmt.Errorf("pgtest: %w", err)
 	}
 
-	const hba = "# written by walbox internal/pgtest: trust everything local\n" +
-		"local all         all              trust\n" +
-		"local replication all              trust\n" +
-		"host  all         all 127.0.0.1/32 trust\n" +
-		"host  replication all 127.0.0.1/32 trust\n"
 	if err := os.WriteFile(filepath.Join(s.dataDir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
 	}

@@ -155,7 +155,7 @@ func NewDatabase(t testing.TB, s *Server) string {
 
 // exec runs one statement in the postgres database.
 func (s *Server) exec(ctx context.Context, sql string, args ...any) error {
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	conn, err := pgx.Connect(ctx, s.adminDSN("postgres"))
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (s *Server) exec(ctx context.Context, sql string, args ...any) error {
 // dropDatabase drops name, first ending its sessions (walsenders included)
 // and its replication slots, both of which block DROP DATABASE.
 func (s *Server) dropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	conn, err := pgx.Connect(ctx, s.adminDSN("postgres"))
 	if err != nil {
 		return err
 	}
