@@ -159,25 +159,23 @@ func checkPostgres(w io.Writer, cfg config.Config, timeout time.Duration) []stri
 	return problems
 }
 
-// kafkaClientConfig is the Kafka client configuration of walbox run, less
-// what only producing needs (batch sizes, topic limits).
-func kafkaClientConfig(cfg config.Config) pipeline.KafkaConfig {
-	return pipeline.KafkaConfig{
-		Brokers:  cfg.KafkaBrokers,
-		ClientID: cfg.ClientID,
-		Linger:   cfg.ProducerLinger,
-	}
-}
-
 func checkKafka(w io.Writer, cfg config.Config, timeout time.Duration) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cl, err := pipeline.NewKafkaClient(kafkaClientConfig(cfg), slog.New(slog.DiscardHandler), nil)
+	// The same client settings (TLS, SASL included) as walbox run's.
+	kc, err := cfg.KafkaConfig()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	cl, err := pipeline.NewKafkaClient(kc, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		return []string{err.Error()}
 	}
 	defer cl.Close()
 	meta, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if af := cfg.KafkaSecurity.AuthFailure(err); af != nil {
+		return []string{"kafka: " + af.Error()}
+	}
 	if err != nil {
 		return []string{fmt.Sprintf("kafka: metadata request to --kafka-brokers %s failed within %s: %v; check the addresses, the listeners the brokers advertise, and TLS/SASL settings",
 			strings.Join(cfg.KafkaBrokers, ","), timeout, err)}
