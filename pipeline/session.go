@@ -51,6 +51,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
 	}
+	r.leaveStandby()
 	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String())
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
