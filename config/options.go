@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
@@ -596,6 +597,9 @@ func checkMessagePrefix(p string) error {
 		if r < 0x20 || r == 0x7f {
 			return badf("a prefix without control characters")
 		}
+	}
+	if p == heartbeat.Prefix {
+		return badf("a prefix other than %q, which walbox's heartbeats use", heartbeat.Prefix)
 	}
 	return nil
 }

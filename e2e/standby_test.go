@@ -25,7 +25,7 @@ func TestStandbyTakeoverUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))
-	env := append(slices.Clone(f.env), "WALBOX_STANDBY=true", "WALBOX_HEARTBEAT_INTERVAL=0")
+	env := append(slices.Clone(f.env), "WALBOX_STANDBY=true", "WALBOX_HEARTBEAT_INTERVAL=500ms")
 	const kills = 5
 	w := startWriter(ctx, t, f.pg.DSN("postgres"), 13, 50, 40, 200_000, 20*time.Millisecond)
 	col := startCollector(ctx, t, f.brokers)

@@ -88,6 +88,10 @@ type Config struct {
 	// MessagePrefix, so heartbeats (HeartbeatPrefix) come back through the
 	// slot; they are observed (HeartbeatSeen) and never routed.
 	Heartbeats bool
+	// OnHeartbeat, when set, receives the content of every message with
+	// heartbeat.Prefix (a heartbeat.Monitor's Seen). Such messages are
+	// never routed, whatever this is.
+	OnHeartbeat func(content []byte)
 }
 
 // DefaultConfig returns the defaults of every defaulted field; the

@@ -74,7 +74,15 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	pcfg := cfg.PipelineConfig()
 	pcfg.MaxBatchBytes = batchMax
 	pcfg.TopicLimits = limits
-	relay, err := pipeline.New(pcfg, kcl, rt, reg, log)
+	var relay *pipeline.Relay
+	hb, err := newHeartbeat(cfg, func() bool { return relay.Streaming() }, reg, log)
+	if err != nil {
+		return err
+	}
+	if hb != nil {
+		pcfg.OnHeartbeat = hb.Seen
+	}
+	relay, err = pipeline.New(pcfg, kcl, rt, reg, log)
 	if err != nil {
 		return err
 	}
@@ -98,6 +106,9 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}
 	if keeper != nil {
 		g.Go(func() error { return keeper.Run(gctx) })
+	}
+	if hb != nil {
+		g.Go(func() error { return hb.Run(gctx) })
 	}
 	g.Go(func() error {
 		defer func() {

@@ -101,7 +101,7 @@ func TestRunStandby(t *testing.T) {
 	cfg := e.cfg
 	cfg.KafkaBrokers = e.brokers
 	cfg.Standby = true
-	cfg.HeartbeatInterval = 0
+	cfg.HeartbeatInterval = 200 * time.Millisecond
 	cfg.SlotBusyTimeout = 200 * time.Millisecond // must not apply with --standby
 
 	a := startInstance(t, cfg)
@@ -114,6 +114,9 @@ func TestRunStandby(t *testing.T) {
 	})
 	if c, body := b.get("/readyz"); c != http.StatusServiceUnavailable || !strings.Contains(body, "standby") {
 		t.Errorf("standby /readyz = %d %q, want 503 naming standby", c, body)
+	}
+	if _, m := b.get("/metrics"); metricLine(m, "walbox_heartbeat_lag_seconds") != "walbox_heartbeat_lag_seconds 0" {
+		t.Errorf("a standby emits no heartbeat, yet %q", metricLine(m, "walbox_heartbeat_lag_seconds"))
 	}
 	if c, _ := b.get("/healthz"); c != http.StatusOK {
 		t.Errorf("standby /healthz = %d, want 200", c)
