@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/outboxtest"
 )
 
@@ -22,9 +23,21 @@ const (
 // kept, and the takeover time (SIGKILL to the standby logging
 // "streaming") is reported.
 func TestStandbyTakeoverUnderLoad(t *testing.T) {
+	runStandbyTakeover(t, kfakeBrokers(t))
+}
+
+// TestStandbyTakeoverRealKafka is the same against the real broker, whose
+// acks and idempotent producer sessions are what the delivery guarantee
+// rests on.
+func TestStandbyTakeoverRealKafka(t *testing.T) {
+	broker := kafkatest.Start(t)
+	runStandbyTakeover(t, broker.Addrs())
+}
+
+func runStandbyTakeover(t *testing.T, brokers []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	f := newFixture(t, kfakeBrokers(t))
+	f := newFixture(t, brokers)
 	env := append(slices.Clone(f.env), "WALBOX_STANDBY=true", "WALBOX_HEARTBEAT_INTERVAL=500ms")
 	const kills = 5
 	w := startWriter(ctx, t, f.pg.DSN("postgres"), 13, 50, 40, 200_000, 20*time.Millisecond)
