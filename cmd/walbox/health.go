@@ -9,6 +9,14 @@ import (
 	"github.com/walbox/walbox/pipeline"
 )
 
+// relayState is the part of *pipeline.Relay /readyz uses.
+type relayState interface {
+	Standby() bool
+	Streaming() bool
+}
+
+var _ relayState = (*pipeline.Relay)(nil)
+
 // kafkaPinger is the part of *kgo.Client /readyz uses.
 type kafkaPinger interface {
 	Ping(ctx context.Context) error
@@ -24,7 +32,7 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 // readyz answers 200 only while the relay streams from the slot and a Kafka
 // broker answers a ping; 503 with the reason while standby, connecting,
 // reconnecting, or Kafka is unreachable.
-func readyz(relay *pipeline.Relay, kafka kafkaPinger) http.HandlerFunc {
+func readyz(relay relayState, kafka kafkaPinger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		notReady := func(reason string) {
 			w.WriteHeader(http.StatusServiceUnavailable)
