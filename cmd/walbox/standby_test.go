@@ -5,13 +5,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/internal/faultproxy"
 	"github.com/walbox/walbox/internal/logbuf"
+	"github.com/walbox/walbox/internal/pgtest"
 )
 
 // instance is one runRelay in this process, stopped by the test.
@@ -172,4 +178,73 @@ func TestRunSlotBusyTimeoutWithoutStandby(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "in use by another process") || !strings.Contains(err.Error(), "--standby") {
 		t.Fatalf("second instance without --standby = %v, want the slot-busy error naming --standby", err)
 	}
+}
+
+// TestRunStandbySilentLoss: the active instance's replication connection
+// is cut without FIN or RST (a blackhole between it and Postgres, as when
+// its host vanishes). The server frees the slot when wal_sender_timeout (3s
+// here) passes without a reply, and the standby takes over within that
+// plus its retry interval (1s).
+func TestRunStandbySilentLoss(t *testing.T) {
+	const walSenderTimeout = 3 * time.Second
+	srv := pgtest.Start(t, func(o *pgtest.Options) {
+		o.Settings = map[string]string{"wal_sender_timeout": "3s"}
+	})
+	db := pgtest.NewDatabase(t, srv)
+	e := &setupEnv{logs: &logbuf.Buffer{}}
+	conn, err := pgx.Connect(ctxT(t), srv.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	e.conn = conn
+	e.migrate(t, "001_outbox.sql")
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+
+	cfg := config.Defaults()
+	cfg.PGDSN = srv.DSN(db)
+	cfg.KafkaBrokers = cluster.ListenAddrs()
+	cfg.LogFormat = "text"
+	cfg.Standby = true
+	cfg.HeartbeatInterval = 0
+	cfg.ReconnectBackoffMin, cfg.ReconnectBackoffMax = 50*time.Millisecond, 200*time.Millisecond
+
+	u, err := url.Parse(cfg.PGDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.New(t, u.Host)
+	acfg := cfg
+	acfg.PGDSN = strings.Replace(cfg.PGDSN, u.Host, proxy.Addr(), 1)
+	a := startInstance(t, acfg)
+	waitFor(t, "the first instance to be ready", func() bool { c, _ := a.get("/readyz"); return c == 200 })
+	b := startInstance(t, cfg)
+	waitFor(t, "the second instance to stand by", func() bool { return strings.Contains(b.logs.String(), "standby: the slot is in use") })
+
+	proxy.Blackhole()
+	cut := time.Now()
+	deadline := cut.Add(walSenderTimeout + 10*time.Second)
+	for !strings.Contains(b.logs.String(), "standby: took over the slot") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no takeover within %s of the cut:\n%s", deadline.Sub(cut), b.logs.Tail(3000))
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	took := time.Since(cut)
+	t.Logf("takeover after a silent loss of the active instance: %s (wal_sender_timeout %s, retry 1s)", took.Round(time.Millisecond), walSenderTimeout)
+	if took > walSenderTimeout+time.Second+2*time.Second {
+		t.Errorf("takeover took %s, want about wal_sender_timeout + 1s", took)
+	}
+	// The partition heals after outlasting both sides' patience: the old
+	// active instance finds the slot taken and stands by in its turn.
+	proxy.CloseAll()
+	proxy.Restore()
+	waitFor(t, "the old active instance to stand by", func() bool {
+		_, m := a.get("/metrics")
+		return metricLine(m, "walbox_standby") == "walbox_standby 1"
+	})
 }
