@@ -149,6 +149,13 @@ type Config struct {
 	// ReplaySlot is the trailing slot's name; "" means "<slot>_replay"
 	// (see ReplaySlotName).
 	ReplaySlot string
+
+	// Standby waits without a time limit for a slot another instance holds
+	// and takes over when it frees (pipeline.Config.Standby). Default false.
+	Standby bool
+	// HeartbeatInterval is how often a heartbeat message is emitted and the
+	// slot's lag read; 0 disables. Default 10s.
+	HeartbeatInterval time.Duration
 }
 
 // ReplaySlotName returns the trailing slot's name: ReplaySlot, or
@@ -189,6 +196,7 @@ func Defaults() Config {
 		LogLevel:              "info",
 		LogFormat:             "json",
 		Snapshot:              string(snapshot.ModeNone),
+		HeartbeatInterval:     10 * time.Second,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
@@ -402,6 +403,31 @@ var options = []*option{
 		value: stringValue("NAME", func(c *Config) *string { return &c.ReplaySlot }),
 		check: func(c *Config) error { return checkReplay(c, c.ReplayWindow >= 0) },
 	},
+	{
+		flag: "standby", env: "WALBOX_STANDBY", yaml: "standby", group: groupOperations,
+		help: "Wait without a time limit while another instance holds the slot, retrying every second, and take over when it frees " +
+			"(run two or more with the same slot; --slot-busy-timeout then does not apply)",
+		value:    boolValue(func(c *Config) *bool { return &c.Standby }),
+		check:    func(*Config) error { return nil },
+		pipeline: func(c *Config, p *pipeline.Config) { p.Standby = c.Standby },
+	},
+	{
+		flag: "heartbeat-interval", env: "WALBOX_HEARTBEAT_INTERVAL", yaml: "heartbeat_interval", group: groupOperations,
+		help: "Emit a heartbeat message into the WAL this often and time its way back through the slot " +
+			"(walbox_heartbeat_lag_seconds), and read the slot's lag (walbox_slot_lag_bytes); 0 disables both",
+		value: durationValue(func(c *Config) *time.Duration { return &c.HeartbeatInterval }),
+		check: func(c *Config) error { return checkNonNegative(c.HeartbeatInterval) },
+		pipeline: func(c *Config, p *pipeline.Config) {
+			p.Heartbeats = c.HeartbeatInterval > 0
+		},
+	},
+}
+
+func checkNonNegative(d time.Duration) error {
+	if d < 0 {
+		return badf("expected a duration of 0 (off) or more, such as 10s")
+	}
+	return nil
 }
 
 // snapshotCheck turns an error of package snapshot into a check error.
@@ -640,6 +666,9 @@ func checkMessagePrefix(p string) error {
 		if r < 0x20 || r == 0x7f {
 			return badf("a prefix without control characters")
 		}
+	}
+	if p == heartbeat.Prefix {
+		return badf("a prefix other than %q, which walbox's heartbeats use", heartbeat.Prefix)
 	}
 	return nil
 }

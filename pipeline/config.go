@@ -75,6 +75,23 @@ type Config struct {
 	// predecessor's walsender to notice (wal_sender_timeout, 60s by
 	// default), short enough to report a second walbox on the same slot.
 	SlotBusyTimeout time.Duration
+	// Standby makes a slot held by another process (SQLSTATE 55006) a
+	// normal state instead of an error: the relay waits for it without a
+	// time limit, retrying every StandbyRetry, reports itself as standby
+	// (Standby(), walbox_standby) and takes over when the slot frees.
+	// SlotBusyTimeout does not apply. The slot is the only lock.
+	Standby bool
+	// StandbyRetry is the fixed interval between a standby's attempts to
+	// start replication on the busy slot (1s).
+	StandbyRetry time.Duration
+	// Heartbeats asks the server for logical decoding messages even without
+	// MessagePrefix, so heartbeats (HeartbeatPrefix) come back through the
+	// slot; they are observed (HeartbeatSeen) and never routed.
+	Heartbeats bool
+	// OnHeartbeat, when set, receives the content of every message with
+	// heartbeat.Prefix (a heartbeat.Monitor's Seen). Such messages are
+	// never routed, whatever this is.
+	OnHeartbeat func(content []byte)
 }
 
 // DefaultConfig returns the defaults of every defaulted field; the
@@ -88,6 +105,7 @@ func DefaultConfig() Config {
 		MaxInflightBytes:   8 << 20,
 		MaxBatchBytes:      1000012, // franz-go's default
 		SlotBusyTimeout:    2 * time.Minute,
+		StandbyRetry:       time.Second,
 		BackoffMin:         500 * time.Millisecond,
 		BackoffMax:         30 * time.Second,
 	}
@@ -115,6 +133,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SlotBusyTimeout <= 0 {
 		c.SlotBusyTimeout = d.SlotBusyTimeout
+	}
+	if c.StandbyRetry <= 0 {
+		c.StandbyRetry = d.StandbyRetry
 	}
 	if c.BackoffMin <= 0 {
 		c.BackoffMin = d.BackoffMin

@@ -21,6 +21,7 @@ type metrics struct {
 	commitToAck        prometheus.Histogram
 	lastAck            prometheus.Gauge
 	streaming          prometheus.Gauge
+	standby            prometheus.Gauge
 	// nonTransactionalSkipped is walbox_messages_skipped_total's one
 	// reason so far; the label keeps room for others without renaming.
 	nonTransactionalSkipped prometheus.Counter
@@ -91,6 +92,10 @@ func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
 		streaming: f.NewGauge(prometheus.GaugeOpts{
 			Name: "walbox_streaming",
 			Help: "1 while a replication session is streaming, 0 while connecting or retrying.",
+		}),
+		standby: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_standby",
+			Help: "1 while this instance (--standby) waits for the slot another instance holds, else 0.",
 		}),
 	}
 }

@@ -64,6 +64,9 @@ type Relay struct {
 	failed   chan struct{}
 
 	streaming atomic.Bool
+	// standby is set while the slot is held by another process and
+	// Config.Standby waits for it.
+	standby atomic.Bool
 	// confirmed is the position last sent to the server in a status update.
 	confirmed atomic.Uint64
 }
@@ -90,7 +93,7 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 }
 
 // Streaming reports whether a replication session is currently streaming;
-// it backs the /healthz endpoint. Safe for concurrent use.
+// it backs the /readyz endpoint. Safe for concurrent use.
 func (r *Relay) Streaming() bool { return r.streaming.Load() }
 
 // Confirmed returns the position last confirmed to the server in a status
@@ -146,17 +149,23 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if streamed {
 			attempt = 0
 		}
+		standby := false
 		if isSlotBusy(err) {
-			if busySince.IsZero() {
+			if r.cfg.Standby {
+				standby = true
+				r.enterStandby(err)
+			} else if busySince.IsZero() {
 				busySince = time.Now()
 			} else if time.Since(busySince) > r.cfg.SlotBusyTimeout {
-				return fmt.Errorf("%w: slot %q has been in use by another process for %s; is another walbox running on it? Stop it, or give this one its own --slot (and publication)",
+				return fmt.Errorf("%w: slot %q has been in use by another process for %s; is another walbox running on it? Stop it, give this one its own --slot (and publication), or run both with --standby so one waits for the other",
 					err, r.cfg.Slot, r.cfg.SlotBusyTimeout)
 			}
 		} else {
 			busySince = time.Time{}
 		}
-		r.metrics.reconnects.Inc()
+		if !standby {
+			r.metrics.reconnects.Inc()
+		}
 		// Let everything in flight settle before replaying: records Kafka
 		// acks now enter the dedup window, and the replay starts past every
 		// transaction they complete.
@@ -169,11 +178,14 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if ferr := r.failureErr(); ferr != nil {
 			return ferr
 		}
-		delay := Backoff(attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
-		attempt++
-		r.log.Warn("replication session ended, reconnecting",
-			"err", err, "slot", r.cfg.Slot, "attempt", attempt, "retry_in", delay.String(),
-			"confirmed_lsn", r.tracker.Confirmed().String())
+		delay := r.cfg.StandbyRetry
+		if !standby {
+			delay = Backoff(attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
+			attempt++
+			r.log.Warn("replication session ended, reconnecting",
+				"err", err, "slot", r.cfg.Slot, "attempt", attempt, "retry_in", delay.String(),
+				"confirmed_lsn", r.tracker.Confirmed().String())
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:

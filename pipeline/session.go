@@ -14,6 +14,7 @@ import (
 
 	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/router"
 )
 
@@ -42,7 +43,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
 	}
-	if r.cfg.MessagePrefix != "" {
+	if r.cfg.MessagePrefix != "" || r.cfg.Heartbeats {
 		// pgoutput sends logical decoding messages from PostgreSQL 14 on,
 		// which the preflight check already requires.
 		args = append(args, "messages 'true'")
@@ -51,6 +52,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
 	}
+	r.leaveStandby()
 	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String())
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
@@ -273,6 +275,14 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		}
 		return l.handleInsert(m, key)
 	case *decoder.Message:
+		if m.Prefix == heartbeat.Prefix {
+			// walbox's own heartbeat: observed, never routed nor counted
+			// as an outbox message.
+			if l.cfg.OnHeartbeat != nil {
+				l.cfg.OnHeartbeat(m.Content)
+			}
+			return nil
+		}
 		if !m.Transactional {
 			return l.handleNonTransactional(m)
 		}

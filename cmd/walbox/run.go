@@ -76,7 +76,15 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	pcfg := cfg.PipelineConfig()
 	pcfg.MaxBatchBytes = kc.BatchMaxBytes
 	pcfg.TopicLimits = limits
-	relay, err := pipeline.New(pcfg, kcl, rt, reg, log)
+	var relay *pipeline.Relay
+	hb, err := newHeartbeat(cfg, func() bool { return relay.Streaming() }, reg, log)
+	if err != nil {
+		return err
+	}
+	if hb != nil {
+		pcfg.OnHeartbeat = hb.Seen
+	}
+	relay, err = pipeline.New(pcfg, kcl, rt, reg, log)
 	if err != nil {
 		return err
 	}
@@ -86,7 +94,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay)
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl)
 	if err != nil {
 		return err
 	}
@@ -100,6 +108,9 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}
 	if keeper != nil {
 		g.Go(func() error { return keeper.Run(gctx) })
+	}
+	if hb != nil {
+		g.Go(func() error { return hb.Run(gctx) })
 	}
 	g.Go(func() error {
 		defer func() {
@@ -185,7 +196,7 @@ func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
 
 // startMetricsServer binds before returning so a port clash is a startup
 // error, not a log line later. An empty addr disables it.
-func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay) (*metricsServer, error) {
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger) (*metricsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -195,13 +206,7 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if relay.Streaming() {
-			fmt.Fprintln(w, "streaming")
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, "not streaming: connecting to postgres or retrying")
-	})
+	mux.HandleFunc("/healthz", healthz)
+	mux.Handle("/readyz", readyz(relay, kafka))
 	return &metricsServer{Server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}, nil
 }

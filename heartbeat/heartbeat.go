@@ -1,0 +1,239 @@
+// Package heartbeat shows a stalled pipeline even when no business events
+// flow. A Monitor emits a transactional logical decoding message with its own
+// prefix (Prefix) on an ordinary connection every interval, while the relay
+// streams, and the relay hands back each heartbeat it receives through the
+// slot (Seen): walbox_heartbeat_lag_seconds is the round trip of the last
+// one, growing while one is outstanding. The Monitor also reads the slot's
+// lag behind the WAL end from pg_replication_slots every interval
+// (walbox_slot_lag_bytes), which shows while the stream is down too.
+package heartbeat
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Prefix is the logical decoding message prefix of heartbeats. The relay
+// never routes messages with it; --message-prefix may not be it.
+const Prefix = "walbox_heartbeat"
+
+// maxOutstanding bounds the heartbeats remembered while none comes back; the
+// oldest, which the lag is measured from, is always kept.
+const maxOutstanding = 1024
+
+// payload is a heartbeat's content. Instance tells the heartbeats of
+// several walbox processes on one database apart (a standby's, or a
+// previous process's still in the WAL).
+type payload struct {
+	Instance string `json:"instance"`
+	Seq      uint64 `json:"seq"`
+	SentAt   int64  `json:"sent_unix_ns"`
+}
+
+type sent struct {
+	seq uint64
+	at  time.Time
+}
+
+// Monitor emits heartbeats and measures the slot's lag. Create it with New,
+// run it with Run; Seen is safe for concurrent use.
+type Monitor struct {
+	interval time.Duration
+	slot     string
+	cc       *pgx.ConnConfig
+	active   func() bool
+	log      *slog.Logger
+	instance string
+
+	slotLag prometheus.Gauge
+
+	mu          sync.Mutex
+	seq         uint64
+	outstanding []sent
+	lastRTT     time.Duration
+	received    uint64
+	denied      bool // the last emit failed for lack of privilege (logged once)
+}
+
+// New builds a Monitor for slot. cc is an ordinary (not replication)
+// connection's configuration. Heartbeats are emitted only while active
+// returns true (the relay streams), so a standby emits none.
+func New(interval time.Duration, slot string, cc *pgx.ConnConfig, active func() bool, reg prometheus.Registerer, log *slog.Logger) (*Monitor, error) {
+	if interval <= 0 {
+		return nil, fmt.Errorf("heartbeat interval %s: must be greater than 0", interval)
+	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	m := &Monitor{interval: interval, slot: slot, cc: cc, active: active, log: log, instance: hex.EncodeToString(id[:])}
+	m.slotLag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "walbox_slot_lag_bytes",
+		Help: "Bytes of WAL between the server's current position and the slot's confirmed_flush_lsn, read every --heartbeat-interval; -1 until read.",
+	})
+	m.slotLag.Set(-1)
+	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "walbox_heartbeat_lag_seconds",
+		Help: "Round trip of the last heartbeat through the slot; while one is outstanding, at least the time since it was emitted.",
+	}, func() float64 { return m.Lag().Seconds() })
+	for _, c := range []prometheus.Collector{m.slotLag, lag} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register heartbeat metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Lag is the round trip of the last heartbeat seen, or the age of the
+// oldest outstanding one when that is greater.
+func (m *Monitor) Lag() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lag := m.lastRTT
+	if len(m.outstanding) > 0 {
+		lag = max(lag, time.Since(m.outstanding[0].at))
+	}
+	return lag
+}
+
+// Received returns how many of its own heartbeats came back through the
+// slot.
+func (m *Monitor) Received() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.received
+}
+
+// Seen is called by the relay with the content of every message with
+// Prefix it receives. Heartbeats of other instances, and ones seen again
+// after a reconnect, are ignored.
+func (m *Monitor) Seen(content []byte) {
+	var p payload
+	if err := json.Unmarshal(content, &p); err != nil || p.Instance != m.instance {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := 0
+	for i < len(m.outstanding) && m.outstanding[i].seq <= p.Seq {
+		if m.outstanding[i].seq == p.Seq {
+			m.lastRTT = time.Since(m.outstanding[i].at)
+			m.received++
+		}
+		i++
+	}
+	m.outstanding = m.outstanding[i:]
+}
+
+// Run emits heartbeats and reads the slot's lag every interval until ctx
+// ends; it returns nil then. Failures are logged and retried at the next
+// tick: heartbeats are an observation, never a reason to stop.
+func (m *Monitor) Run(ctx context.Context) error {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = conn.Close(cctx)
+		}
+	}()
+	t := time.NewTicker(m.interval)
+	defer t.Stop()
+	for {
+		if conn == nil {
+			c, err := pgx.ConnectConfig(ctx, m.cc)
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn("heartbeat: cannot connect to postgres; retrying at the next interval", "err", err)
+			}
+			conn = c
+		}
+		if conn != nil && !m.tick(ctx, conn) {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = conn.Close(cctx)
+			cancel()
+			conn = nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// tick reads the slot's lag and emits a heartbeat; false means the
+// connection is unusable.
+func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
+	qctx, cancel := context.WithTimeout(ctx, m.interval)
+	defer cancel()
+	var lag *float64
+	err := conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::float8
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, m.slot).Scan(&lag)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		m.slotLag.Set(-1)
+	case err != nil:
+		if ctx.Err() == nil {
+			m.log.Warn("heartbeat: cannot read the slot's lag", "slot", m.slot, "err", err)
+		}
+		return !conn.IsClosed() && isSQLError(err)
+	case lag != nil:
+		m.slotLag.Set(*lag)
+	}
+	if m.active != nil && !m.active() {
+		return true
+	}
+	return m.emit(qctx, conn)
+}
+
+func (m *Monitor) emit(ctx context.Context, conn *pgx.Conn) bool {
+	m.mu.Lock()
+	m.seq++
+	s := sent{seq: m.seq, at: time.Now()}
+	m.mu.Unlock()
+	content, _ := json.Marshal(payload{Instance: m.instance, Seq: s.seq, SentAt: s.at.UnixNano()})
+	_, err := conn.Exec(ctx, `SELECT pg_catalog.pg_logical_emit_message(true, $1::text, $2::text)`, Prefix, string(content))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		if !m.denied {
+			m.denied = true
+			m.log.Error("heartbeat: this role may not execute pg_logical_emit_message, so no heartbeat is emitted and walbox_heartbeat_lag_seconds stays 0; "+
+				"grant it as a superuser in this database: GRANT outbox_writer TO <walbox's role> (the role migrations/004_emit_message_privilege.sql grants it to), "+
+				"or GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO <walbox's role>; or set --heartbeat-interval=0",
+				"user", m.cc.User, "err", err)
+		}
+		return true
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("heartbeat: emit failed; retrying at the next interval", "err", err)
+		}
+		return !conn.IsClosed() && isSQLError(err)
+	}
+	if m.denied {
+		m.denied = false
+		m.log.Info("heartbeat: emitting again (pg_logical_emit_message is now allowed)")
+	}
+	m.mu.Lock()
+	if len(m.outstanding) < maxOutstanding {
+		m.outstanding = append(m.outstanding, s)
+	}
+	m.mu.Unlock()
+	return true
+}
+
+// isSQLError reports an error the server answered with: the connection is
+// still usable.
+func isSQLError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
