@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -215,5 +216,37 @@ func TestConfigCheckHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := mainCode([]string{"config"}, nil, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "walbox config check") {
 		t.Errorf("walbox config: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestConfigCheckRedactsKafkaPassword: the SASL password, given as a flag
+// or in the environment, never appears in config check's output, valid or
+// not (issue 9: no secret in `config check` output).
+func TestConfigCheckRedactsKafkaPassword(t *testing.T) {
+	const secret = "KafS3cret-config-check"
+	base := []string{"--pg-dsn", "postgres://walbox@db:5432/app", "--kafka-brokers", "kafka:9092",
+		"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-username", "walbox"}
+	for _, tt := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		wantCode int
+	}{
+		{"flag, valid", nil, append(slices.Clone(base), "--kafka-sasl-password", secret), exitOK},
+		{"env, valid", map[string]string{"WALBOX_KAFKA_SASL_PASSWORD": secret}, base, exitOK},
+		{"flag, invalid elsewhere", nil, append(slices.Clone(base), "--kafka-sasl-password", secret, "--slot", "Bad-Slot"), exitUsage},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runConfigCheck(t, tt.env, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d\n%s%s", code, tt.wantCode, out, errOut)
+			}
+			if !strings.Contains(out, "--kafka-sasl-password") {
+				t.Errorf("the password option is not listed:\n%s", out)
+			}
+			if strings.Contains(out+errOut, secret) {
+				t.Errorf("output contains the Kafka password:\n%s%s", out, errOut)
+			}
+		})
 	}
 }
