@@ -113,35 +113,24 @@ func DefaultConfig() Config {
 
 func (c *Config) setDefaults() {
 	d := DefaultConfig()
-	if c.StatusInterval <= 0 {
-		c.StatusInterval = d.StatusInterval
-	}
-	if c.ReceiveTimeout <= 0 {
-		c.ReceiveTimeout = d.ReceiveTimeout
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = d.ShutdownTimeout
-	}
-	if c.MaxInflightRecords <= 0 {
-		c.MaxInflightRecords = d.MaxInflightRecords
-	}
-	if c.MaxInflightBytes <= 0 {
-		c.MaxInflightBytes = d.MaxInflightBytes
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = d.MaxBatchBytes
-	}
-	if c.SlotBusyTimeout <= 0 {
-		c.SlotBusyTimeout = d.SlotBusyTimeout
-	}
-	if c.StandbyRetry <= 0 {
-		c.StandbyRetry = d.StandbyRetry
-	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = d.BackoffMin
-	}
+	positiveOr(&c.StatusInterval, d.StatusInterval)
+	positiveOr(&c.ReceiveTimeout, d.ReceiveTimeout)
+	positiveOr(&c.ShutdownTimeout, d.ShutdownTimeout)
+	positiveOr(&c.MaxInflightRecords, d.MaxInflightRecords)
+	positiveOr(&c.MaxInflightBytes, d.MaxInflightBytes)
+	positiveOr(&c.MaxBatchBytes, d.MaxBatchBytes)
+	positiveOr(&c.SlotBusyTimeout, d.SlotBusyTimeout)
+	positiveOr(&c.StandbyRetry, d.StandbyRetry)
+	positiveOr(&c.BackoffMin, d.BackoffMin)
 	if c.BackoffMax < c.BackoffMin {
 		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
+	}
+}
+
+// positiveOr replaces a zero or negative *v, which means "unset", by def.
+func positiveOr[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 

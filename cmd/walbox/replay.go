@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os/signal"
 	"slices"
 	"syscall"
@@ -159,23 +160,11 @@ func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipel
 		StatusInterval: cfg.StatusInterval,
 		Progress:       func(p pipeline.ReplayProgress) { writeProgress(stderr, p) },
 	}
-	var producer pipeline.Producer
-	if !o.DryRun {
-		kc, err := kafkaConfig(cfg, log)
-		if err != nil {
-			return err
-		}
-		if kc.BatchMaxBytes, err = effectiveBatchMax(ctx, kc, cfg.KafkaSecurity, log); err != nil {
-			return err
-		}
-		kc.MaxBufferedRecords = cfg.MaxInflightRecords
-		kcl, err := pipeline.NewKafkaClient(kc, log, prometheus.NewRegistry())
-		if err != nil {
-			return err
-		}
-		defer kcl.Close()
-		producer = kcl
+	producer, closeProducer, err := replayProducer(ctx, cfg, o.DryRun, log)
+	if err != nil {
+		return err
 	}
+	defer closeProducer()
 	res, err := pipeline.Replay(ctx, rcfg, producer, rt, log)
 	if err != nil {
 		if n := res.Events(); n > 0 {
@@ -234,4 +223,26 @@ func humanBytes(n uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// replayProducer is the Kafka client of both replay modes, set up as walbox
+// run's (security, batch limit capped at the brokers', buffering), or nil
+// for a dry run. close releases it.
+func replayProducer(ctx context.Context, cfg config.Config, dryRun bool, log *slog.Logger) (pipeline.Producer, func(), error) {
+	if dryRun {
+		return nil, func() {}, nil
+	}
+	kc, err := kafkaConfig(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kc.BatchMaxBytes, err = effectiveBatchMax(ctx, kc, cfg.KafkaSecurity, log); err != nil {
+		return nil, nil, err
+	}
+	kc.MaxBufferedRecords = cfg.MaxInflightRecords
+	kcl, err := pipeline.NewKafkaClient(kc, log, prometheus.NewRegistry())
+	if err != nil {
+		return nil, nil, err
+	}
+	return kcl, kcl.Close, nil
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/config"
@@ -168,23 +167,11 @@ type eventIDKey struct{}
 // acknowledged every record, or the first error.
 func runTableReplay(ctx context.Context, cfg config.Config, o tableOptions, dryRun bool, rt *router.Router, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
-	var producer pipeline.Producer
-	if !dryRun {
-		kc, err := kafkaConfig(cfg, log)
-		if err != nil {
-			return err
-		}
-		if kc.BatchMaxBytes, err = effectiveBatchMax(ctx, kc, cfg.KafkaSecurity, log); err != nil {
-			return err
-		}
-		kc.MaxBufferedRecords = cfg.MaxInflightRecords
-		kcl, err := pipeline.NewKafkaClient(kc, log, prometheus.NewRegistry())
-		if err != nil {
-			return err
-		}
-		defer kcl.Close()
-		producer = kcl
+	producer, closeProducer, err := replayProducer(ctx, cfg, dryRun, log)
+	if err != nil {
+		return err
 	}
+	defer closeProducer()
 	r := &tableReplay{acked: map[string]int{}}
 	produced, total, err := readTable(ctx, cfg, o, dryRun, rt, producer, r, log, stderr)
 	if err == nil && producer != nil {
