@@ -84,20 +84,9 @@ func TestConfigCheckUnknownFlag(t *testing.T) {
 // a good configuration passes; a role without REPLICATION and a broker
 // address nobody listens on are both listed as problems.
 func TestConfigCheckConnect(t *testing.T) {
-	srv := pgtest.Start(t)
-	db := pgtest.NewDatabase(t, srv)
-	conn, err := pgx.Connect(ctxT(t), srv.DSN(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	sql, err := migrations.FS.ReadFile("001_outbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, db, conn := outboxDatabase(t)
 	const secret = "norepl-s3cret-pw"
 	for _, q := range []string{
-		string(sql),
 		`CREATE ROLE walbox_norepl LOGIN PASSWORD '` + secret + `'`,
 		`GRANT SELECT ON public.outbox TO walbox_norepl`,
 	} {
@@ -157,20 +146,7 @@ func TestConfigCheckConnect(t *testing.T) {
 // the same TLS/SASL settings walbox run uses (config.KafkaConfig), so a
 // cluster that needs SCRAM passes with the credentials and fails without.
 func TestConfigCheckConnectUsesKafkaSecurity(t *testing.T) {
-	srv := pgtest.Start(t)
-	db := pgtest.NewDatabase(t, srv)
-	conn, err := pgx.Connect(ctxT(t), srv.DSN(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	sql, err := migrations.FS.ReadFile("001_outbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctxT(t), string(sql)); err != nil {
-		t.Fatal(err)
-	}
+	srv, db, _ := outboxDatabase(t)
 	const password = "kafka-scram-pw-7781"
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "walbox", password))
 	if err != nil {
@@ -249,4 +225,25 @@ func TestConfigCheckRedactsKafkaPassword(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outboxDatabase is a new database on a test server with the outbox table
+// of migrations/001, and a connection to it.
+func outboxDatabase(t *testing.T) (*pgtest.Server, string, *pgx.Conn) {
+	t.Helper()
+	srv := pgtest.Start(t)
+	db := pgtest.NewDatabase(t, srv)
+	conn, err := pgx.Connect(ctxT(t), srv.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	sql, err := migrations.FS.ReadFile("001_outbox.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctxT(t), string(sql)); err != nil {
+		t.Fatal(err)
+	}
+	return srv, db, conn
 }
