@@ -21,15 +21,7 @@ import (
 func TestDSNWithReplicationParameter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
+	pg, conn := startOutboxPostgres(ctx, t)
 	brokers := kfakeBrokers(t)
 	p := startWalbox(t, []string{
 		"WALBOX_PG_DSN=" + pg.DSN("postgres") + "&replication=database",
@@ -59,4 +51,21 @@ func TestDSNWithReplicationParameter(t *testing.T) {
 	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("walbox exited %d, want 0", code)
 	}
+}
+
+// startOutboxPostgres starts a test server with the outbox table (no
+// publication, no slot: walbox's first start makes them) and returns a
+// connection to its postgres database, closed when the test ends.
+func startOutboxPostgres(ctx context.Context, t *testing.T) (*pgtest.Server, *pgx.Conn) {
+	t.Helper()
+	pg := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	return pg, conn
 }

@@ -6,11 +6,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/walbox/walbox/internal/outboxtest"
-	"github.com/walbox/walbox/internal/pgtest"
 )
 
 // TestVanishedSlotStopsWalbox is issue 7's reproduction with the binary:
@@ -22,12 +17,7 @@ import (
 func TestVanishedSlotStopsWalbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pg := pgtest.Start(t)
-	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	pg, conn := startOutboxPostgres(ctx, t)
 	exec := func(sql string) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql); err != nil {
@@ -41,7 +31,6 @@ func TestVanishedSlotStopsWalbox(t *testing.T) {
 		}
 		return n == 1
 	}
-	exec(outboxtest.DDL)
 	env := []string{
 		"WALBOX_PG_DSN=" + pg.DSN("postgres"),
 		"WALBOX_KAFKA_BROKERS=" + kfakeBrokers(t)[0],
