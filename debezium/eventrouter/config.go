@@ -1,0 +1,95 @@
+package eventrouter
+
+// This file is the contract between the two halves of Debezium mode:
+// package debezium reads a Kafka Connect connector configuration and fills
+// a Config; this package turns outbox rows into the records Debezium's
+// io.debezium.transforms.outbox.EventRouter would produce with it.
+
+// Converter names a Kafka Connect converter class as walbox emulates it.
+type Converter string
+
+// The converters walbox reproduces byte for byte.
+const (
+	// StringConverter is org.apache.kafka.connect.storage.StringConverter.
+	StringConverter Converter = "string"
+	// JSONConverter is org.apache.kafka.connect.json.JsonConverter.
+	JSONConverter Converter = "json"
+	// ByteArrayConverter is org.apache.kafka.connect.converters.ByteArrayConverter.
+	ByteArrayConverter Converter = "bytearray"
+)
+
+// ConverterConfig is one of key.converter / value.converter.
+type ConverterConfig struct {
+	Kind Converter
+	// SchemasEnable is <converter>.schemas.enable (JsonConverter only;
+	// Connect's default is true).
+	SchemasEnable bool
+}
+
+// Placement is one entry of table.fields.additional.placement:
+// "column:location[:alias]".
+type Placement struct {
+	Column string
+	// Location is "header", "envelope" or "partition".
+	Location string
+	// Alias is the header or field name; "" means Column.
+	Alias string
+}
+
+// Config holds the EventRouter settings and the connector context that
+// shapes Debezium's records. Field comments give the Debezium key and its
+// default, which Defaults returns.
+type Config struct {
+	// Tables are the outbox tables as "schema.table" (table.include.list).
+	Tables []string
+
+	EventIDColumn        string // table.field.event.id, "id"
+	EventKeyColumn       string // table.field.event.key, "aggregateid"
+	PayloadColumn        string // table.field.event.payload, "payload"
+	EventTimestampColumn string // table.field.event.timestamp, "" (commit time)
+	RouteByColumn        string // route.by.field, "aggregatetype"
+	TopicRegex           string // route.topic.regex, "(?<routedByValue>.*)"
+	TopicReplacement     string // route.topic.replacement, "outbox.event.${routedByValue}"
+
+	TombstoneOnEmptyPayload bool   // route.tombstone.on.empty.payload, false
+	ExpandJSONPayload       bool   // table.expand.json.payload, false
+	JSONPayloadNullBehavior string // table.json.payload.null.behavior, "ignore" (or "optional_bytes")
+	OpInvalidBehavior       string // table.op.invalid.behavior, "warn" (or "error", "fatal")
+
+	AdditionalPlacement []Placement // table.fields.additional.placement
+
+	TracingSpanContextColumn    string // tracing.span.context.field, "tracingspancontext"
+	TracingWithContextFieldOnly bool   // tracing.with.context.field.only, false
+
+	// ExtendedHeaders is extended.headers.enabled (true): the connector
+	// adds __debezium.context.* headers to every record.
+	ExtendedHeaders bool
+	LogicalName     string // topic.prefix (required by Debezium)
+	ConnectorName   string // name
+	TaskID          string // "0": the Postgres connector runs one task
+
+	KeyConverter   ConverterConfig // key.converter
+	ValueConverter ConverterConfig // value.converter
+}
+
+// Defaults returns Debezium's defaults for every EventRouter key and the
+// converters Kafka Connect's worker uses when none is set (JsonConverter
+// with schemas).
+func Defaults() Config {
+	return Config{
+		Tables:                   []string{"public.outbox"},
+		EventIDColumn:            "id",
+		EventKeyColumn:           "aggregateid",
+		PayloadColumn:            "payload",
+		RouteByColumn:            "aggregatetype",
+		TopicRegex:               "(?<routedByValue>.*)",
+		TopicReplacement:         "outbox.event.${routedByValue}",
+		JSONPayloadNullBehavior:  "ignore",
+		OpInvalidBehavior:        "warn",
+		TracingSpanContextColumn: "tracingspancontext",
+		ExtendedHeaders:          true,
+		TaskID:                   "0",
+		KeyConverter:             ConverterConfig{Kind: JSONConverter, SchemasEnable: true},
+		ValueConverter:           ConverterConfig{Kind: JSONConverter, SchemasEnable: true},
+	}
+}
