@@ -104,6 +104,8 @@ func Start(ctx context.Context, opts Options) (*Connect, error) {
 			return nil, fmt.Errorf("debeziumtest: %w", err)
 		}
 		c.ownDir = true
+	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("debeziumtest: Options.Dir: %w", err)
 	}
 	c.workerPath = filepath.Join(c.dir, "worker.properties")
 	c.connectorPath = filepath.Join(c.dir, "connector.properties")
@@ -111,7 +113,7 @@ func Start(ctx context.Context, opts Options) (*Connect, error) {
 	c.logPath = filepath.Join(c.dir, "connect.log")
 	c.jvmLogPath = filepath.Join(c.dir, "jvm.log")
 	c.offsetsPath = filepath.Join(c.dir, "offsets.dat")
-	c.connector = merge(DefaultConnectorProperties(c.name, opts.PG), opts.Connector)
+	c.connector = opts.ConnectorProperties()
 
 	var startErr error
 	for range maxPortAttempts {
@@ -243,10 +245,8 @@ func (c *Connect) waitRunning(ctx context.Context, jvm *kafkatest.JVM) error {
 		switch {
 		case err != nil:
 			last = err.Error()
-		case st.Connector.State == "FAILED":
-			return fmt.Errorf("connector %s FAILED: %s", c.name, firstLines(st.Connector.Trace, 15))
-		case len(st.Tasks) > 0 && st.Tasks[0].State == "FAILED":
-			return fmt.Errorf("task %s-%d FAILED: %s", c.name, st.Tasks[0].ID, firstLines(st.Tasks[0].Trace, 15))
+		case st.failure(c.name) != nil:
+			return st.failure(c.name)
 		case st.Connector.State == "RUNNING" && len(st.Tasks) > 0 && st.Tasks[0].State == "RUNNING":
 			// Connect reports RUNNING once the task's start returned, and
 			// Debezium's creates the slot there; check it, since every
@@ -271,6 +271,46 @@ func (c *Connect) waitRunning(ctx context.Context, jvm *kafkatest.JVM) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// Check returns nil while the Connect JVM runs and neither the connector
+// nor its task is FAILED, and otherwise an error naming what failed, with
+// Connect's trace or the end of its log. A failed task stays FAILED in
+// standalone mode (nothing restarts it), so a caller waiting for records
+// should Check now and then rather than wait for its deadline.
+func (c *Connect) Check(ctx context.Context) error {
+	c.mu.Lock()
+	jvm := c.jvm
+	c.mu.Unlock()
+	if jvm == nil {
+		return fmt.Errorf("debeziumtest: Connect is not running")
+	}
+	select {
+	case <-jvm.Done():
+		return fmt.Errorf("debeziumtest: the Connect JVM exited (%v)\n--- Connect log (%s) ---\n%s", jvm.Err(), c.logPath, c.LogTail(30))
+	default:
+	}
+	url := "http://" + c.restAddr + "/connectors/" + c.name + "/status"
+	st, err := c.status(ctx, &http.Client{Timeout: 3 * time.Second}, url)
+	if err != nil {
+		return fmt.Errorf("debeziumtest: %w", err)
+	}
+	if err := st.failure(c.name); err != nil {
+		return fmt.Errorf("debeziumtest: %w", err)
+	}
+	return nil
+}
+
+// failure returns an error with Connect's trace if the connector or its
+// first task FAILED, else nil.
+func (st connectorStatus) failure(name string) error {
+	switch {
+	case st.Connector.State == "FAILED":
+		return fmt.Errorf("connector %s FAILED: %s", name, firstLines(st.Connector.Trace, 15))
+	case len(st.Tasks) > 0 && st.Tasks[0].State == "FAILED":
+		return fmt.Errorf("task %s-%d FAILED: %s", name, st.Tasks[0].ID, firstLines(st.Tasks[0].Trace, 15))
+	}
+	return nil
 }
 
 func (c *Connect) status(ctx context.Context, client *http.Client, url string) (connectorStatus, error) {
