@@ -146,7 +146,7 @@ func (d *debeziumRelay) Err() error {
 	return nil
 }
 
-// ReadyAt is when the connector's task was RUNNING with its slot in place.
+// ReadyAt is when the connector's task was RUNNING and its slot streaming.
 func (d *debeziumRelay) ReadyAt() time.Time { return d.readyAt }
 
 // Warmup is debeziumWarmup.
