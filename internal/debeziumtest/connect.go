@@ -30,14 +30,6 @@ const PomEnv = "WALBOX_DEBEZIUM_POM"
 // pomRelPath is where the pom lives relative to the repository root.
 var pomRelPath = filepath.Join("e2e", "debezium", "pom.xml")
 
-// ErrUnavailable is wrapped by Start's errors when this machine cannot run
-// Connect at all (no java, no mvn while the classpath is not cached, not
-// Linux). It is kafkatest.ErrUnavailable, so one check covers both.
-var ErrUnavailable = kafkatest.ErrUnavailable
-
-// ErrClosed is returned by Restart after Close.
-var ErrClosed = errors.New("debeziumtest: Connect is closed")
-
 // Connect is a Kafka Connect standalone worker running Debezium's Postgres
 // connector. Its accessors are safe for concurrent use; Stop, Kill,
 // Restart and Close serialize with each other.
@@ -66,9 +58,11 @@ const defaultStartTimeout = 4 * time.Minute
 
 // Start resolves the classpath, writes the worker and connector
 // properties, starts Connect standalone and waits until the connector's
-// task is RUNNING and its slot streaming (see WaitRunning) or ctx ends. On error nothing is left
-// running, a directory Start created is removed, and the error carries the
-// end of Connect's log.
+// task is RUNNING and its slot streaming (see WaitRunning) or ctx ends
+// (four minutes if ctx has no deadline). On error nothing is left running,
+// a directory Start created is removed, and the error carries the end of
+// Connect's log. Errors wrap ErrUnavailable when the machine cannot run
+// Connect.
 func Start(ctx context.Context, opts Options) (*Connect, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -139,8 +133,6 @@ func Start(ctx context.Context, opts Options) (*Connect, error) {
 // maxPortAttempts bounds retries when another process takes the REST port
 // between our probe and the JVM's bind.
 const maxPortAttempts = 3
-
-var errPortInUse = errors.New("port already in use")
 
 // configure picks a REST port and writes the properties files.
 func (c *Connect) configure() error {
