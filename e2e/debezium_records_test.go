@@ -148,40 +148,54 @@ func dbzCases() []dbzCase {
 			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 				aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb,
 				version integer NOT NULL, tracingspancontext varchar(512),
-				created_at timestamp NOT NULL, occurred_at timestamptz`,
+				created_at timestamp NOT NULL, occurred_at timestamptz, occurred_ms timestamptz(3),
+				seq bigint, flag boolean, small smallint`,
 			props: map[string]string{
 				"key.converter": jsonConv, "value.converter": jsonConv,
 				"transforms.outbox.table.field.event.timestamp": "created_at",
 				"transforms.outbox.table.fields.additional.placement": "type:header:eventType,version:header," +
-					"created_at:header:createdAt,occurred_at:header:occurredAt," +
-					"aggregateid:envelope:aggId,type:envelope,version:envelope:v",
+					"created_at:header:createdAt,occurred_at:header:occurredAt,occurred_ms:header," +
+					"seq:header,flag:header,small:header," +
+					"aggregateid:envelope:aggId,type:envelope,version:envelope:v,seq:envelope,flag:envelope,small:envelope",
 			},
-			insert: canonicalInsert + `, version, tracingspancontext, created_at, occurred_at`,
+			insert: canonicalInsert + `, version, tracingspancontext, created_at, occurred_at, occurred_ms, seq, flag, small`,
 			rows: []string{
 				`('00000000-0000-4000-8000-000000000201', 'order', 'order-1', 'OrderCreated', '{"a": 1}', 1,
 				  'traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
-				  '2026-11-30 12:34:56.789123', '2026-11-30 12:34:56.789123+00')`,
+				  '2026-11-30 12:34:56.789123', '2026-11-30 12:34:56.789123+00', '2026-11-30 12:34:56.789+00',
+				  9007199254740993, true, -3)`,
 				`('00000000-0000-4000-8000-000000000202', 'order', 'order-1', 'OrderPaid', NULL, 2, NULL,
-				  '2026-11-30 12:35:00', '2026-11-30 14:35:00.1+02')`,
+				  '2026-11-30 12:35:00', '2026-11-30 14:35:00.1+02', '2026-11-30 14:35:00+02', NULL, false, NULL)`,
 				`('00000000-0000-4000-8000-000000000203', 'shipment', 's-1', 'Shipped', '[]', 3, NULL,
-				  '1999-01-02 03:04:05.000006', NULL)`,
+				  '1999-01-02 03:04:05.000006', NULL, NULL, -1, NULL, 32767)`,
 			},
 			routed:         []string{"order", "shipment"},
 			exactTimestamp: true,
 		},
-		{
-			name: "bytea",
-			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
-				aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload bytea`,
-			props:  map[string]string{"value.converter": byteArrayConv},
-			insert: canonicalInsert,
-			rows: []string{
-				`('00000000-0000-4000-8000-000000000301', 'blob', 'b-1', 'Stored', '\x00ff10'::bytea)`,
-				`('00000000-0000-4000-8000-000000000302', 'blob', 'b-1', 'Stored', ''::bytea)`,
-				`('00000000-0000-4000-8000-000000000303', 'blob', 'b-2', 'Stored', NULL)`,
-			},
-			routed: []string{"blob"},
+		bytea("bytea", byteArrayConv),
+		bytea("bytea_str", stringConv),
+		bytea("bytea_json", jsonConv),
+	}
+}
+
+// bytea is a table with a bytea payload and a bytea header through the
+// given value converter.
+func bytea(name, valueConverter string) dbzCase {
+	return dbzCase{
+		name: name,
+		columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+			aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload bytea, sig bytea`,
+		props: map[string]string{
+			"value.converter": valueConverter,
+			"transforms.outbox.table.fields.additional.placement": "sig:header",
 		},
+		insert: canonicalInsert + `, sig`,
+		rows: []string{
+			`('00000000-0000-4000-8000-000000000301', 'blob', 'b-1', 'Stored', '\x00ff10'::bytea, '\xdeadbeef'::bytea)`,
+			`('00000000-0000-4000-8000-000000000302', 'blob', 'b-1', 'Stored', ''::bytea, ''::bytea)`,
+			`('00000000-0000-4000-8000-000000000303', 'blob', 'b-2', 'Stored', NULL, NULL)`,
+		},
+		routed: []string{"blob"},
 	}
 }
 
@@ -274,7 +288,10 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	defer cancel()
 	cases := dbzCases()
 
-	srv := pgtest.Start(t)
+	// Two slots and two walsenders per case.
+	srv := pgtest.Start(t, func(o *pgtest.Options) {
+		o.Settings = map[string]string{"max_replication_slots": "40", "max_wal_senders": "40"}
+	})
 	broker := kafkatest.Start(t)
 	db := pgtest.NewDatabase(t, srv)
 	conn, err := pgx.Connect(ctx, srv.DSN(db))
