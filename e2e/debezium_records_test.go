@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -52,6 +54,10 @@ type dbzCase struct {
 	// tables is how many outbox tables of the same shape the connector
 	// covers (table.include.list); row i goes to table i mod tables.
 	tables int
+	// failing is how many of the last rows Debezium fails its task on;
+	// walbox must stop on the first of them with an invalid-row error, and
+	// neither side produces a record for them.
+	failing int
 }
 
 const (
@@ -234,6 +240,19 @@ func dbzCases() []dbzCase {
 				`('id-3', 'note', '', '', '')`,
 			},
 			routed: []string{"note"},
+		},
+		{
+			// A NULL route-by value: Debezium's RegexRouter throws and the
+			// task fails; walbox's relay stops with router.ErrInvalidRow.
+			name:    "fails",
+			columns: `id uuid PRIMARY KEY, aggregatetype text, aggregateid text NOT NULL, type text, payload jsonb`,
+			insert:  canonicalInsert,
+			rows: []string{
+				`('00000000-0000-4000-8000-000000000601', 'order', 'o-1', 'OrderCreated', '{}')`,
+				`('00000000-0000-4000-8000-000000000602', NULL, 'o-1', 'OrderCreated', '{}')`,
+			},
+			routed:  []string{"order"},
+			failing: 1,
 		},
 		bytea("bytea", byteArrayConv),
 		bytea("bytea_str", stringConv),
@@ -421,8 +440,9 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	}
 
 	// walbox: one relay per case with its own slot.
+	relays := map[string]*relayRun{}
 	for _, c := range cases {
-		startEventRouterRelay(ctx, t, srv.DSN(db), conn, broker.Addrs(), c)
+		relays[c.name] = startEventRouterRelay(ctx, t, srv.DSN(db), conn, broker.Addrs(), c)
 	}
 
 	windowStart := time.Now().Add(-time.Second)
@@ -434,7 +454,9 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 			if _, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO %s (%s) VALUES %s", table, c.insert, r)); err != nil {
 				t.Fatalf("case %s: insert %s: %v", c.name, r, err)
 			}
-			want++
+			if i < len(c.rows)-c.failing {
+				want++
+			}
 		}
 	}
 
@@ -454,7 +476,7 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	}
 	matched := 0
 	for _, c := range cases {
-		for i := range c.rows {
+		for i := range c.rows[:len(c.rows)-c.failing] {
 			id := rowID(c.rows[i])
 			d, w := byKey[recKey{"dbz", c.name, id}], byKey[recKey{"wb", c.name, id}]
 			if d == nil || w == nil {
@@ -469,6 +491,65 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d rows produced identical records from Debezium and walbox", matched, want)
+
+	// Where Debezium fails its task, walbox stops too, with an error its
+	// invalid-row policy handles, before producing anything for the row.
+	for _, c := range cases {
+		if c.failing == 0 {
+			continue
+		}
+		select {
+		case err := <-relays[c.name].done:
+			if !errors.Is(err, router.ErrInvalidRow) {
+				t.Errorf("case %s: walbox relay ended with %v, want an invalid-row error", c.name, err)
+			} else {
+				t.Logf("case %s: walbox stopped: %v", c.name, err)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("case %s: walbox relay still running a minute after the row Debezium fails on", c.name)
+		}
+		trace := waitConnectorFailed(ctx, t, connect.RESTAddr(), "dbz-"+c.name)
+		t.Logf("case %s: Debezium's task FAILED: %s", c.name, firstLine(trace))
+		for _, id := range []string{rowID(c.rows[len(c.rows)-c.failing])} {
+			for side := range map[string]bool{"dbz": true, "wb": true} {
+				if r := byKey[recKey{side, c.name, id}]; r != nil {
+					t.Errorf("case %s: %s produced a record for the failing row %s", c.name, side, id)
+				}
+			}
+		}
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// waitConnectorFailed polls a connector until its task reports FAILED and
+// returns the task's trace.
+func waitConnectorFailed(ctx context.Context, t *testing.T, restAddr, name string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var st struct {
+			Tasks []struct{ State, Trace string }
+		}
+		resp, err := http.Get("http://" + restAddr + "/connectors/" + name + "/status")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+		}
+		if err == nil && len(st.Tasks) > 0 && st.Tasks[0].State == "FAILED" {
+			return st.Tasks[0].Trace
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("connector %s: %v", name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Errorf("connector %s: task not FAILED a minute after the row Debezium cannot route", name)
+	return ""
 }
 
 // rowID is the event id a row inserts: its first value, "" for NULL.
@@ -613,9 +694,13 @@ func waitConnectorRunning(ctx context.Context, t *testing.T, conn *pgx.Conn, c *
 	t.Fatalf("connector %s not streaming after 3 minutes (last: %s)", name, last)
 }
 
+// relayRun is a running walbox relay; done receives Run's result once.
+type relayRun struct{ done chan error }
+
 // startEventRouterRelay runs walbox's relay with eventrouter for one case
-// until the test ends.
-func startEventRouterRelay(ctx context.Context, t *testing.T, dsn string, conn *pgx.Conn, brokers []string, c dbzCase) {
+// until the test ends. An error from Run fails the test unless the case
+// has failing rows (the test reads it from done then).
+func startEventRouterRelay(ctx context.Context, t *testing.T, dsn string, conn *pgx.Conn, brokers []string, c dbzCase) *relayRun {
 	t.Helper()
 	slotCfg := slotctl.Config{Table: c.qualified()[0], Slot: "wb_" + c.name, Publication: "wb_" + c.name, CreateMissing: true}
 	if c.tables > 1 {
@@ -653,21 +738,23 @@ func startEventRouterRelay(ctx context.Context, t *testing.T, dsn string, conn *
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	run := &relayRun{done: make(chan error, 1)}
 	var wg sync.WaitGroup
-	var runErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		runErr = relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN))
+		err := relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN))
+		if err != nil && c.failing == 0 && rctx.Err() == nil {
+			t.Errorf("case %s: walbox relay: %v", c.name, err)
+		}
+		run.done <- err
 	}()
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
 		kcl.Close()
-		if runErr != nil && rctx.Err() == nil {
-			t.Errorf("case %s: walbox relay: %v", c.name, runErr)
-		}
 	})
+	return run
 }
 
 // consumeAll reads topics from the start until n records arrived.
