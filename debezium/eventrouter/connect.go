@@ -50,6 +50,10 @@ type schema struct {
 	// def is the default value (a column's DEFAULT as Debezium parsed
 	// it); nil for none. Struct.get returns it for a null field.
 	def any
+
+	// jsonMemo is appendSchemaJSON's output, kept since schemas are not
+	// modified once a record used them and column schemas serve every row.
+	jsonMemo []byte
 }
 
 type field struct {
@@ -129,6 +133,13 @@ func appendJSONEnvelope(dst []byte, s *schema, v any) ([]byte, error) {
 // items, optional, name, version (doc, parameters and default are never set
 // by the schemas this package builds).
 func appendSchemaJSON(dst []byte, s *schema) []byte {
+	if s.jsonMemo == nil {
+		s.jsonMemo = buildSchemaJSON(nil, s)
+	}
+	return append(dst, s.jsonMemo...)
+}
+
+func buildSchemaJSON(dst []byte, s *schema) []byte {
 	dst = append(dst, `{"type":"`...)
 	dst = append(dst, s.typ.String()...)
 	dst = append(dst, '"')
