@@ -70,6 +70,22 @@ type Config struct {
 
 	KeyConverter   ConverterConfig // key.converter
 	ValueConverter ConverterConfig // value.converter
+
+	// Fields added by the record builder (i10-records).
+
+	// Columns is the catalog's view of each table ("schema.table"), as
+	// LoadColumns reads it: Debezium marks a column's schema optional
+	// unless it is NOT NULL, which pgoutput does not say. For a table
+	// missing here, replica identity columns count as NOT NULL and all
+	// others as nullable.
+	Columns map[string][]ColumnInfo
+	// DeadLetterTopic, when set, makes Route turn an invalid row into a
+	// record for this topic (walbox's invalid_rows: dead-letter) instead of
+	// returning an *router.InvalidRowError (Debezium fails its task).
+	DeadLetterTopic string
+	// RunID is the __debezium.context.runId header value; "" makes New
+	// generate one (a UUIDv7, as Debezium does on each task start).
+	RunID string
 }
 
 // Defaults returns Debezium's defaults for every EventRouter key and the

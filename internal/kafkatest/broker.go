@@ -358,10 +358,18 @@ func fileSize(path string) int64 {
 // logsSince returns the end of what the broker log and the JVM output
 // received since the given offsets, i.e. during the current start.
 func (b *Broker) logsSince(logStart, jvmLogStart int64) string {
+	return LogsSince("broker log", b.logPath, logStart, b.jvmLogPath, jvmLogStart)
+}
+
+// LogsSince returns the last 40 lines that the log file logPath and the
+// last 20 that the JVM's own output jvmLogPath received since the given
+// offsets (FileSize before a start), headed by label and the paths; the
+// JVM's part is left out when it is empty.
+func LogsSince(label, logPath string, logStart int64, jvmLogPath string, jvmLogStart int64) string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "--- broker log (%s) ---\n%s\n", b.logPath, tail(readFrom(b.logPath, logStart), 40))
-	if out := tail(readFrom(b.jvmLogPath, jvmLogStart), 20); strings.TrimSpace(out) != "" {
-		fmt.Fprintf(&s, "--- JVM output (%s) ---\n%s\n", b.jvmLogPath, out)
+	fmt.Fprintf(&s, "--- %s (%s) ---\n%s\n", label, logPath, tail(readFrom(logPath, logStart), 40))
+	if out := tail(readFrom(jvmLogPath, jvmLogStart), 20); strings.TrimSpace(out) != "" {
+		fmt.Fprintf(&s, "--- JVM output (%s) ---\n%s\n", jvmLogPath, out)
 	}
 	return s.String()
 }

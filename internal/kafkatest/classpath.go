@@ -30,24 +30,33 @@ var pomRelPath = filepath.Join("e2e", "kafka", "pom.xml")
 // package in its own directory, so the search finds the repository's pom
 // from any package.
 func findPom(opts Options) (string, error) {
-	if opts.Pom != "" {
-		return filepath.Abs(opts.Pom)
+	return FindProjectFile(opts.Pom, PomEnv, pomRelPath)
+}
+
+// FindProjectFile returns override if set, else the path in the
+// environment variable env if set, else relPath under the working
+// directory or its nearest parent that has it, as an absolute path. `go
+// test` runs each package in its own directory, so the search finds a
+// repository file from any package.
+func FindProjectFile(override, env, relPath string) (string, error) {
+	if override != "" {
+		return filepath.Abs(override)
 	}
-	if p := os.Getenv(PomEnv); p != "" {
+	if p := os.Getenv(env); p != "" {
 		return filepath.Abs(p)
 	}
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", fmt.Errorf("kafkatest: find %s: %w", pomRelPath, err)
+		return "", fmt.Errorf("kafkatest: find %s: %w", relPath, err)
 	}
 	for {
-		p := filepath.Join(dir, pomRelPath)
+		p := filepath.Join(dir, relPath)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("kafkatest: no %s in the working directory or its parents (set %s or Options.Pom)", pomRelPath, PomEnv)
+			return "", fmt.Errorf("kafkatest: no %s in the working directory or its parents (set %s)", relPath, env)
 		}
 		dir = parent
 	}
@@ -106,6 +115,12 @@ func resolveClasspath(ctx context.Context, opts Options, dir string) (classpath,
 	if err != nil {
 		return classpath{}, err
 	}
+	return resolvePom(ctx, opts, pomPath, "kafka", dir)
+}
+
+// resolvePom returns the runtime classpath of the Maven project pomPath,
+// cached in <dir>/<name>-<version>.classpath (see resolveClasspath).
+func resolvePom(ctx context.Context, opts Options, pomPath, name, dir string) (classpath, error) {
 	pom, err := os.ReadFile(pomPath)
 	if err != nil {
 		return classpath{}, fmt.Errorf("kafkatest: read pom: %w", err)
@@ -113,7 +128,7 @@ func resolveClasspath(ctx context.Context, opts Options, dir string) (classpath,
 	sum := sha256.Sum256(pom)
 	hash := hex.EncodeToString(sum[:])
 	cp := classpath{version: pomVersion(pom)}
-	cachePath := filepath.Join(dir, "kafka-"+cp.version+".classpath")
+	cachePath := filepath.Join(dir, name+"-"+cp.version+".classpath")
 
 	if jars, ok := readClasspathCache(cachePath, hash); ok {
 		cp.jars = jars
@@ -187,7 +202,7 @@ func runMaven(ctx context.Context, opts Options, pomPath string) ([]string, erro
 	if mvn == "" {
 		var err error
 		if mvn, err = exec.LookPath("mvn"); err != nil {
-			return nil, fmt.Errorf("%w: the broker classpath is not cached and mvn is not on PATH (apt-get install maven): %v", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: the classpath of %s is not cached and mvn is not on PATH (apt-get install maven): %v", ErrUnavailable, pomPath, err)
 		}
 	} else if _, err := os.Stat(mvn); err != nil {
 		return nil, fmt.Errorf("%w: Options.Maven: %v", ErrUnavailable, err)

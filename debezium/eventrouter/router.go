@@ -1,0 +1,574 @@
+package eventrouter
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/decoder"
+	"github.com/walbox/walbox/router"
+)
+
+// Header names Debezium sets on every outbox record.
+const (
+	// HeaderID carries the event id column (EventRouter's "id" header).
+	HeaderID = "id"
+
+	HeaderConnectorLogicalName = "__debezium.context.connectorLogicalName"
+	HeaderTaskID               = "__debezium.context.taskId"
+	HeaderConnectorName        = "__debezium.context.connectorName"
+	HeaderRunID                = "__debezium.context.runId"
+)
+
+// ConnectorPluginName is the __debezium.context.connectorName value: the
+// Postgres connector's plugin name, not the connector's configured name.
+const ConnectorPluginName = "postgresql"
+
+// Router turns inserted outbox rows into the records Debezium's EventRouter
+// produces. Not safe for concurrent use.
+type Router struct {
+	cfg      Config
+	topics   *topicRouter
+	envelope []Placement // table.fields.additional.placement, location envelope
+	// onlyHeaders is Debezium's onlyHeadersInOutputMessage: no envelope
+	// placement, so the value is the payload itself.
+	onlyHeaders bool
+	ctxHeaders  []kgo.RecordHeader
+
+	binds map[uint32]*binding
+	// valueSchemas is Debezium's payloadSchemaCache: the envelope value
+	// schema built for the first row with a given payload schema, whose
+	// name carries that row's route-by value, is reused for every later row
+	// with that payload schema. Keyed by the payload schema's JSON.
+	valueSchemas map[string]*schema
+
+	now func() time.Time
+}
+
+// binding is a relation's resolved columns.
+type binding struct {
+	rel *decoder.Relation
+	// afterName is the Debezium "after" struct's schema name,
+	// "<topic.prefix>.<schema>.<table>.Value".
+	afterName                     string
+	schemas                       []*schema // per column; nil when the type is not converted
+	typeErrs                      []error   // per column, why schemas[i] is nil
+	id, key, payload, routeBy, ts int
+	placements                    []int // per Config.AdditionalPlacement
+}
+
+// New checks cfg and returns a Router. Problems wrap router.ErrInvalidConfig
+// and name the Debezium property and the fix.
+func New(cfg Config) (*Router, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{router.ErrInvalidConfig}, args...)...))
+	}
+	for _, c := range []struct{ key, val string }{
+		{"table.field.event.id", cfg.EventIDColumn},
+		{"table.field.event.payload", cfg.PayloadColumn},
+		{"route.by.field", cfg.RouteByColumn},
+	} {
+		if c.val == "" {
+			bad("%s is empty; name the outbox column", c.key)
+		}
+	}
+	topics, err := newTopicRouter(cfg.TopicRegex, cfg.TopicReplacement)
+	if err != nil {
+		bad("%v", err)
+	}
+	switch cfg.JSONPayloadNullBehavior {
+	case "", "ignore", "optional_bytes":
+	default:
+		bad("table.json.payload.null.behavior %q is neither ignore nor optional_bytes", cfg.JSONPayloadNullBehavior)
+	}
+	switch cfg.OpInvalidBehavior {
+	case "", "warn", "error", "fatal":
+	default:
+		bad("table.op.invalid.behavior %q is none of warn, error, fatal", cfg.OpInvalidBehavior)
+	}
+	r := &Router{
+		cfg:          cfg,
+		topics:       topics,
+		onlyHeaders:  true,
+		binds:        make(map[uint32]*binding),
+		valueSchemas: make(map[string]*schema),
+		now:          time.Now,
+	}
+	for _, p := range cfg.AdditionalPlacement {
+		if p.Column == "" {
+			bad("table.fields.additional.placement has an entry without a column")
+		}
+		switch p.Location {
+		case "header":
+		case "envelope":
+			r.envelope = append(r.envelope, p)
+			r.onlyHeaders = false
+			if alias(p) == "payload" {
+				bad("table.fields.additional.placement puts %q into the envelope as \"payload\", which the payload field already is; give it another alias", p.Column)
+			}
+		case "partition":
+			bad("table.fields.additional.placement %q:partition is not supported in Debezium mode: "+
+				"walbox's producer partitions by key; remove the entry or place the column in a header", p.Column)
+		default:
+			bad("table.fields.additional.placement %q has location %q; use header or envelope", p.Column, p.Location)
+		}
+	}
+	for _, c := range []ConverterConfig{cfg.KeyConverter, cfg.ValueConverter} {
+		switch c.Kind {
+		case StringConverter, JSONConverter, ByteArrayConverter:
+		default:
+			bad("converter %q is not one walbox reproduces; use StringConverter, JsonConverter or ByteArrayConverter", c.Kind)
+		}
+	}
+	if cfg.ExtendedHeaders && cfg.LogicalName == "" {
+		bad("topic.prefix is empty; Debezium requires it (it is the %s header)", HeaderConnectorLogicalName)
+	}
+	if cfg.DeadLetterTopic != "" {
+		if why := topicProblem(cfg.DeadLetterTopic); why != "" {
+			bad("dead-letter topic: %s", why)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if cfg.ExtendedHeaders {
+		runID := cfg.RunID
+		if runID == "" {
+			runID = newUUIDv7(time.Now())
+		}
+		taskID := cfg.TaskID
+		if taskID == "" {
+			taskID = "0"
+		}
+		r.ctxHeaders = []kgo.RecordHeader{
+			{Key: HeaderConnectorLogicalName, Value: []byte(cfg.LogicalName)},
+			{Key: HeaderTaskID, Value: []byte(taskID)},
+			{Key: HeaderConnectorName, Value: []byte(ConnectorPluginName)},
+			{Key: HeaderRunID, Value: []byte(runID)},
+		}
+	}
+	return r, nil
+}
+
+func alias(p Placement) string {
+	if p.Alias != "" {
+		return p.Alias
+	}
+	return p.Column
+}
+
+// newUUIDv7 returns a random UUID whose first 48 bits are t in Unix
+// milliseconds.
+func newUUIDv7(t time.Time) string {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	copy(u[:6], ms[2:])
+	u[6] = u[6]&0x0f | 0x70
+	u[8] = u[8]&0x3f | 0x80
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// CheckColumns reports the configured columns a table lacks; Debezium fails
+// on the first row without them. It satisfies slotctl.ColumnChecker.
+func (r *Router) CheckColumns(table string, columns []string) error {
+	type need struct{ key, column string }
+	needs := []need{
+		{"table.field.event.id", r.cfg.EventIDColumn},
+		{"table.field.event.payload", r.cfg.PayloadColumn},
+		{"route.by.field", r.cfg.RouteByColumn},
+	}
+	if r.cfg.EventKeyColumn != "" {
+		needs = append(needs, need{"table.field.event.key", r.cfg.EventKeyColumn})
+	}
+	if r.cfg.EventTimestampColumn != "" {
+		needs = append(needs, need{"table.field.event.timestamp", r.cfg.EventTimestampColumn})
+	}
+	for _, p := range r.cfg.AdditionalPlacement {
+		needs = append(needs, need{"table.fields.additional.placement", p.Column})
+	}
+	var missing []string
+	for _, n := range needs {
+		if !slices.Contains(columns, n.column) {
+			missing = append(missing, fmt.Sprintf("%s names column %q", n.key, n.column))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: table %s has no such column: %s; its columns are %s",
+		router.ErrInvalidConfig, table, strings.Join(missing, "; "), strings.Join(columns, ", "))
+}
+
+// bind resolves rel's columns once per Relation message.
+func (r *Router) bind(rel *decoder.Relation) *binding {
+	if b, ok := r.binds[rel.ID]; ok && b.rel == rel {
+		return b
+	}
+	b := &binding{
+		rel:       rel,
+		afterName: r.cfg.LogicalName + "." + rel.Namespace + "." + rel.Name + ".Value",
+		schemas:   make([]*schema, len(rel.Columns)),
+		typeErrs:  make([]error, len(rel.Columns)),
+		id:        rel.ColumnIndex(r.cfg.EventIDColumn),
+		key:       -1,
+		payload:   rel.ColumnIndex(r.cfg.PayloadColumn),
+		routeBy:   rel.ColumnIndex(r.cfg.RouteByColumn),
+		ts:        -1,
+	}
+	if r.cfg.EventKeyColumn != "" {
+		b.key = rel.ColumnIndex(r.cfg.EventKeyColumn)
+	}
+	if r.cfg.EventTimestampColumn != "" {
+		b.ts = rel.ColumnIndex(r.cfg.EventTimestampColumn)
+	}
+	for _, p := range r.cfg.AdditionalPlacement {
+		b.placements = append(b.placements, rel.ColumnIndex(p.Column))
+	}
+	info := r.cfg.Columns[rel.QualifiedName()]
+	for i := range rel.Columns {
+		c := &rel.Columns[i]
+		notNull := c.Key
+		if info != nil {
+			notNull = false
+			for _, ci := range info {
+				if ci.Name == c.Name {
+					notNull = ci.NotNull
+					break
+				}
+			}
+		}
+		b.schemas[i], b.typeErrs[i] = columnSchema(c, !notNull)
+	}
+	if len(r.binds) >= 256 {
+		clear(r.binds)
+	}
+	r.binds[rel.ID] = b
+	return b
+}
+
+// rowError is a problem with one row: the column at fault and why.
+type rowError struct {
+	column, reason string
+}
+
+func (e *rowError) Error() string { return e.reason }
+
+func rowErr(column, format string, args ...any) *rowError {
+	return &rowError{column: column, reason: fmt.Sprintf(format, args...)}
+}
+
+// Route maps one inserted outbox row to the record Debezium would produce.
+// A row Debezium fails on is an *router.InvalidRowError, or a dead-letter
+// record when Config.DeadLetterTopic is set. Not safe for concurrent use.
+func (r *Router) Route(ins *decoder.Insert) (router.Routed, error) {
+	if ins == nil || ins.Relation == nil {
+		return router.Routed{}, errors.New("eventrouter: Route called with a nil insert or relation")
+	}
+	rel := ins.Relation
+	if len(ins.Values) != len(rel.Columns) {
+		return router.Routed{}, fmt.Errorf("eventrouter: insert into %s at LSN %s has %d values for %d columns",
+			rel.QualifiedName(), ins.LSN, len(ins.Values), len(rel.Columns))
+	}
+	b := r.bind(rel)
+	rec, eventID, rerr := r.build(ins, b)
+	if rerr == nil {
+		return router.Routed{Record: rec, EventID: eventID}, nil
+	}
+	return r.invalid(ins, b, eventID, rerr)
+}
+
+// get returns column i's schema and value, or why there is none.
+func (r *Router) get(ins *decoder.Insert, b *binding, i int, key, column string) (*schema, any, *rowError) {
+	if i < 0 {
+		return nil, nil, rowErr(column, "%s: table %s has no column %q", key, ins.Relation.QualifiedName(), column)
+	}
+	if b.typeErrs[i] != nil {
+		return nil, nil, rowErr(column, "%s: %v", key, b.typeErrs[i])
+	}
+	v, err := columnValue(&ins.Relation.Columns[i], b.schemas[i], &ins.Values[i])
+	if err != nil {
+		return nil, nil, rowErr(column, "%s: %v", key, err)
+	}
+	return b.schemas[i], v, nil
+}
+
+// build follows EventRouterDelegate.apply step by step, so that the row
+// fails where Debezium's does.
+func (r *Router) build(ins *decoder.Insert, b *binding) (*kgo.Record, string, *rowError) {
+	cfg := &r.cfg
+	payloadSchema, payload, rerr := r.get(ins, b, b.payload, "table.field.event.payload", cfg.PayloadColumn)
+	if rerr != nil {
+		return nil, "", rerr
+	}
+	ts, rerr := r.timestamp(ins, b)
+	if rerr != nil {
+		return nil, "", rerr
+	}
+	_, eventID, rerr := r.get(ins, b, b.id, "table.field.event.id", cfg.EventIDColumn)
+	if rerr != nil {
+		return nil, "", rerr
+	}
+	eventIDText := ""
+	if eventID != nil {
+		eventIDText = string(headerValue(eventID))
+	}
+
+	headers := make([]kgo.RecordHeader, 0, len(r.ctxHeaders)+1+len(cfg.AdditionalPlacement))
+	headers = append(headers, r.ctxHeaders...)
+	headers = append(headers, kgo.RecordHeader{Key: HeaderID, Value: headerValue(eventID)})
+
+	// expandFailed: the schema was inferred but the value could not follow,
+	// so the payload is still the text under the inferred schema.
+	expandFailed := false
+	if cfg.ExpandJSONPayload {
+		if s, ok := payload.(string); ok {
+			payloadSchema, payload, expandFailed = expandJSON(cfg.PayloadColumn, s, payloadSchema, cfg.JSONPayloadNullBehavior == "optional_bytes")
+		}
+	}
+
+	var routeBy any
+	routeByFetched := false
+	fetchRouteBy := func() *rowError {
+		if routeByFetched {
+			return nil
+		}
+		routeByFetched = true
+		s, v, rerr := r.get(ins, b, b.routeBy, "route.by.field", cfg.RouteByColumn)
+		if rerr != nil {
+			return rerr
+		}
+		if s.typ != kString {
+			return rowErr(cfg.RouteByColumn, "route.by.field: column %q is a %s, not a string column", cfg.RouteByColumn, s.typ)
+		}
+		routeBy = v
+		return nil
+	}
+
+	var value any
+	var valueSchema *schema
+	if !r.onlyHeaders {
+		if rerr := fetchRouteBy(); rerr != nil {
+			return nil, eventIDText, rerr
+		}
+		vs, rerr := r.valueSchema(ins, b, payloadSchema, routeBy)
+		if rerr != nil {
+			return nil, eventIDText, rerr
+		}
+		if expandFailed {
+			return nil, eventIDText, rowErr(cfg.PayloadColumn, "table.expand.json.payload: the payload's inferred schema does not fit its value (Debezium's JSON expansion failed half way)")
+		}
+		st := &structVal{schema: vs, values: make([]any, len(vs.fields))}
+		st.values[0] = payload
+		value, valueSchema = st, vs
+	}
+	for i, p := range cfg.AdditionalPlacement {
+		s, v, rerr := r.get(ins, b, b.placements[i], "table.fields.additional.placement", p.Column)
+		if rerr != nil {
+			return nil, eventIDText, rerr
+		}
+		_ = s
+		switch p.Location {
+		case "envelope":
+			st := value.(*structVal)
+			st.values[st.schema.fieldIndex(alias(p))] = v
+		case "header":
+			headers = append(headers, kgo.RecordHeader{Key: alias(p), Value: headerValue(v)})
+		}
+	}
+
+	isDelete := payload == nil
+	if s, ok := payload.(string); ok && javaTrimEmpty(s) {
+		isDelete = true
+	}
+	switch {
+	case isDelete && cfg.TombstoneOnEmptyPayload:
+		value, valueSchema = nil, nil
+	case r.onlyHeaders:
+		value, valueSchema = payload, payloadSchema
+	}
+
+	keySchema := &schema{typ: kString} // Schema.STRING_SCHEMA
+	var key any
+	if cfg.EventKeyColumn != "" {
+		s, v, rerr := r.get(ins, b, b.key, "table.field.event.key", cfg.EventKeyColumn)
+		if rerr != nil {
+			return nil, eventIDText, rerr
+		}
+		keySchema, key = s, v
+	}
+
+	if rerr := fetchRouteBy(); rerr != nil {
+		return nil, eventIDText, rerr
+	}
+	if routeBy == nil {
+		return nil, eventIDText, rowErr(cfg.RouteByColumn, "route.by.field: column %q is NULL, so there is no topic", cfg.RouteByColumn)
+	}
+	topic := r.topics.route(routeBy.(string))
+	if why := topicProblem(topic); why != "" {
+		return nil, eventIDText, rowErr(cfg.RouteByColumn, "route.by.field: column %q routes to an invalid topic: %s", cfg.RouteByColumn, why)
+	}
+
+	keyBytes, err := convert(cfg.KeyConverter, keySchema, key)
+	if err != nil {
+		return nil, eventIDText, rowErr(cfg.EventKeyColumn, "key.converter: %v", err)
+	}
+	valueBytes, err := convert(cfg.ValueConverter, valueSchema, value)
+	if err != nil {
+		return nil, eventIDText, rowErr(cfg.PayloadColumn, "value.converter: %v", err)
+	}
+	return &kgo.Record{
+		Topic:     topic,
+		Key:       keyBytes,
+		Value:     valueBytes,
+		Headers:   headers,
+		Timestamp: time.UnixMilli(ts),
+	}, eventIDText, nil
+}
+
+// valueSchema returns the envelope value schema for a payload schema,
+// built and cached as Debezium's getValueSchema does.
+func (r *Router) valueSchema(ins *decoder.Insert, b *binding, payloadSchema *schema, routeBy any) (*schema, *rowError) {
+	cacheKey := "null"
+	if payloadSchema != nil {
+		cacheKey = string(appendSchemaJSON(nil, payloadSchema))
+	}
+	if vs, ok := r.valueSchemas[cacheKey]; ok {
+		return vs, nil
+	}
+	routed := "null" // Java's string concatenation of a null route-by value
+	if s, ok := routeBy.(string); ok {
+		routed = s
+	}
+	name := b.afterName
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[:i+1] + routed + "." + name[i+1:]
+	}
+	vs := &schema{typ: kStruct, name: name, fields: []field{{name: "payload", schema: payloadSchema}}}
+	for i, p := range r.cfg.AdditionalPlacement {
+		if p.Location != "envelope" {
+			continue
+		}
+		idx := b.placements[i]
+		if idx < 0 {
+			return nil, rowErr(p.Column, "table.fields.additional.placement: table %s has no column %q", ins.Relation.QualifiedName(), p.Column)
+		}
+		if b.typeErrs[idx] != nil {
+			return nil, rowErr(p.Column, "table.fields.additional.placement: %v", b.typeErrs[idx])
+		}
+		vs.fields = append(vs.fields, field{name: alias(p), schema: b.schemas[idx]})
+	}
+	if len(r.valueSchemas) >= 10000 {
+		clear(r.valueSchemas)
+	}
+	r.valueSchemas[cacheKey] = vs
+	return vs, nil
+}
+
+// timestamp is the record timestamp in Unix milliseconds: the
+// table.field.event.timestamp column when set and not NULL, otherwise the
+// moment of processing (Debezium's envelope ts_ms, the connector's clock
+// when it read the change).
+func (r *Router) timestamp(ins *decoder.Insert, b *binding) (int64, *rowError) {
+	col := r.cfg.EventTimestampColumn
+	if col == "" {
+		return r.now().UnixMilli(), nil
+	}
+	s, v, rerr := r.get(ins, b, b.ts, "table.field.event.timestamp", col)
+	if rerr != nil {
+		return 0, rerr
+	}
+	if s.typ != kInt64 {
+		return 0, rowErr(col, "table.field.event.timestamp: column %q is a %s; Debezium reads the event timestamp only from a timestamp (without time zone) column", col, s.typ)
+	}
+	if v == nil {
+		return r.now().UnixMilli(), nil
+	}
+	n := v.(int64)
+	switch s.name {
+	case nameTimestamp:
+		return n, nil
+	case nameMicroTimestamp:
+		return n / 1000, nil
+	}
+	return 0, rowErr(col, "table.field.event.timestamp: column %q has no timestamp type", col)
+}
+
+// convert runs a value through a Connect converter.
+func convert(c ConverterConfig, s *schema, v any) ([]byte, error) {
+	switch c.Kind {
+	case StringConverter:
+		if v == nil {
+			return nil, nil
+		}
+		return []byte(javaString(v)), nil
+	case ByteArrayConverter:
+		if s != nil && s.typ != kBytes {
+			return nil, fmt.Errorf("invalid schema type for ByteArrayConverter: %s (it passes only bytea columns)", strings.ToUpper(s.typ.String()))
+		}
+		if v == nil {
+			return nil, nil
+		}
+		b, ok := v.([]byte)
+		if !ok {
+			return nil, fmt.Errorf("ByteArrayConverter got a %s, not bytes", javaClass(v))
+		}
+		return b, nil
+	default: // JSONConverter
+		if s == nil && v == nil {
+			return nil, nil
+		}
+		if c.SchemasEnable {
+			return appendJSONEnvelope(nil, s, v)
+		}
+		return appendValueJSON(nil, s, v)
+	}
+}
+
+// invalid reports a row Debezium would fail on.
+func (r *Router) invalid(ins *decoder.Insert, b *binding, eventID string, e *rowError) (router.Routed, error) {
+	table := ins.Relation.QualifiedName()
+	if r.cfg.DeadLetterTopic == "" {
+		return router.Routed{}, &router.InvalidRowError{
+			EventID: eventID, LSN: ins.LSN, XID: ins.XID, Table: table, Column: e.column,
+			Reason: "Debezium's EventRouter would fail its task on this row: " + e.reason,
+		}
+	}
+	raw := func(i int) []byte {
+		if i < 0 || ins.Values[i].Kind != decoder.KindText {
+			return nil
+		}
+		return ins.Values[i].Data
+	}
+	rec := &kgo.Record{Topic: r.cfg.DeadLetterTopic, Key: raw(b.key), Value: raw(b.payload)}
+	if eventID != "" {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderID, Value: []byte(eventID)})
+	}
+	rec.Headers = append(rec.Headers,
+		kgo.RecordHeader{Key: router.HeaderError, Value: []byte(e.reason)},
+		kgo.RecordHeader{Key: router.HeaderTable, Value: []byte(table)},
+		kgo.RecordHeader{Key: router.HeaderLSN, Value: []byte(ins.LSN.String())},
+		kgo.RecordHeader{Key: router.HeaderXID, Value: strconv.AppendUint(nil, uint64(ins.XID), 10)},
+	)
+	return router.Routed{Record: rec, EventID: eventID, DeadLetter: true, Reason: e.reason}, nil
+}
