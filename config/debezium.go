@@ -129,6 +129,9 @@ func applyDebezium(c *Config, where map[*option]string, set func(o *option, v, f
 				o.flag, sourceName(o, from), c.DebeziumConfig))
 		}
 	}
+	if c.Snapshot != "" && c.Snapshot != "none" {
+		errs = append(errs, problemf(nil, "--snapshot %s does not apply with --debezium-config: walbox takes over Debezium's slot and sends Debezium's records, not walbox's; remove it", c.Snapshot))
+	}
 	for _, ov := range tr.Options {
 		o := optionByFlag(ov.Flag)
 		if o == nil {

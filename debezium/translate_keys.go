@@ -95,7 +95,7 @@ func (t *translator) knownConnectorKeys() {
 				t.used[c][e.Key] = true
 				t.mapped(c, e.Key, "(default)", "walbox streams changes only, like this mode")
 			case "initial", "when_needed":
-				t.warn(c, e.Key, "walbox takes over Debezium's slot and never re-reads the table; on a first start without Debezium, use --snapshot all to send the rows already there")
+				t.warn(c, e.Key, "walbox streams from the slot and never re-reads the outbox tables: taking over Debezium's slot, there is nothing to snapshot; on a first start without Debezium, rows already in the tables are not sent")
 			default:
 				t.fail(c, e.Key, "walbox does not take Debezium snapshots", "remove it (use --snapshot on a first start)")
 			}

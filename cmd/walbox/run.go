@@ -36,9 +36,21 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}()
 	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))
 
-	rt, err := router.New(cfg.RouterConfig())
+	// Debezium mode (--debezium-config) routes with Debezium's EventRouter;
+	// wrt, walbox's own router, is nil then.
+	dbz, err := newDebeziumMode(cfg, log)
 	if err != nil {
 		return err
+	}
+	var (
+		rt  pipeline.Router
+		wrt *router.Router
+	)
+	if dbz == nil {
+		if wrt, err = router.New(cfg.RouterConfig()); err != nil {
+			return err
+		}
+		rt = wrt
 	}
 
 	reg := prometheus.NewRegistry()
@@ -65,7 +77,12 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 
 	// After the Kafka client: a takeover (--snapshot) produces the
 	// snapshot's rows with it before streaming starts.
-	slot, err := setupSlotOrTakeover(ctx, cfg, rt, kcl, log)
+	var slot slotctl.SlotInfo
+	if dbz != nil {
+		slot, rt, err = dbz.setup(ctx, cfg, log)
+	} else {
+		slot, err = setupSlotOrTakeover(ctx, cfg, wrt, kcl, log)
+	}
 	if err != nil {
 		if ctx.Err() != nil { // stopped while waiting for Postgres
 			return nil
@@ -133,10 +150,20 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 // slotctl.Setup). A missing slot is created only on a first start, or with
 // --create-slot; retries while Postgres is unreachable.
 func setupSlot(ctx context.Context, cfg config.Config, rt *router.Router, log *slog.Logger) (slotctl.SlotInfo, error) {
+	return setupSlotWith(ctx, cfg, rt, nil, log)
+}
+
+// setupSlotWith is setupSlot with any column checker (Debezium mode's
+// EventRouter) and, when policy is not nil, a change to slotctl's
+// settings (Debezium's publication.autocreate.mode).
+func setupSlotWith(ctx context.Context, cfg config.Config, cols slotctl.ColumnChecker, policy func(*slotctl.Config), log *slog.Logger) (slotctl.SlotInfo, error) {
 	scfg := cfg.SlotctlConfig()
 	scfg.CreateMissing = cfg.CreateSlot
 	scfg.CreateOnFirstStart = true
-	scfg.Columns = rt
+	scfg.Columns = cols
+	if policy != nil {
+		policy(&scfg)
+	}
 	_, slot, err := slotctl.Setup(ctx, cfg.PGDSN, scfg, slotctl.SetupOptions{
 		Logger:    log,
 		Retryable: pipeline.IsRetryable,
