@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,7 +27,17 @@ import (
 // order: the relay stops reading WAL, drains in-flight acks and sends its
 // final status update; then the Kafka client and the metrics server close.
 func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err error) {
-	log := newLogger(cfg, logOut)
+	return runRelayWith(ctx, cfg, newLogger(cfg, logOut), runOptions{})
+}
+
+// runOptions change what runRelay does, for walbox migrate-from-debezium.
+type runOptions struct {
+	// start, when set, is called once the slot is set up and returns where
+	// streaming starts (at least the slot's confirmed position).
+	start func(ctx context.Context, slot slotctl.SlotInfo) (pglogrepl.LSN, error)
+}
+
+func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts runOptions) (err error) {
 	// A fatal error is one structured log line here and one plain line on
 	// stderr from main: the log for collectors, stderr for whoever ran it.
 	defer func() {
@@ -90,6 +101,13 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		return err
 	}
 
+	start := slot.ConfirmedFlushLSN
+	if opts.start != nil {
+		if start, err = opts.start(ctx, slot); err != nil {
+			return err
+		}
+	}
+
 	pcfg := cfg.PipelineConfig()
 	pcfg.MaxBatchBytes = kc.BatchMaxBytes
 	pcfg.TopicLimits = limits
@@ -137,7 +155,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 				_ = srv.Shutdown(sctx)
 			}
 		}()
-		return relay.Run(gctx, slot.ConfirmedFlushLSN)
+		return relay.Run(gctx, start)
 	})
 	if err := g.Wait(); err != nil {
 		return err
