@@ -43,7 +43,9 @@ func ReadOffsetsTopic(ctx context.Context, opts []kgo.Opt, topic string) ([][2][
 			return nil, fmt.Errorf("%w: reading topic %q: %v", ErrOffsets, topic, err)
 		}
 		var ferr error
-		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("%w: reading topic %q partition %d: %v", ErrOffsets, t, p, err) })
+		fs.EachError(func(t string, p int32, err error) {
+			ferr = fmt.Errorf("%w: reading topic %q partition %d: %v", ErrOffsets, t, p, err)
+		})
 		if ferr != nil {
 			return nil, ferr
 		}
