@@ -38,7 +38,9 @@ const (
 func ReadOffsetsFile(path string) ([][2][]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot read the offsets file %q: %v; give Connect standalone's offset.storage.file.filename", ErrOffsets, path, err)
+		return nil, fmt.Errorf("%w: cannot read the offsets file %q: %v; give Connect standalone's offset.storage.file.filename "+
+			"(if Debezium never stored an offset, because it stopped before its first offset flush, it would itself restart from the slot's confirmed position: "+
+			"start walbox run with the same --debezium-config instead, which does the same)", ErrOffsets, path, err)
 	}
 	entries, err := ParseOffsetsFile(data)
 	if err != nil {

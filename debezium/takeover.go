@@ -52,9 +52,10 @@ type Plan struct {
 // stored (lsn_proc when there is none), so the slot's confirmed_flush_lsn
 // is at most that. walbox starts at lsn_commit: every transaction
 // committing after it is streamed. Debezium's last transaction (txId),
-// which commits after lsn_commit, is skipped too when every outbox insert
-// of it is at or before the offset's lsn (Debezium sent it whole); this
-// is found by peeking at the slot (pg_logical_slot_peek_binary_changes:
+// whose commit ends after lsn_commit (Debezium 3 stores there the start of
+// that transaction's commit record), is skipped too when every outbox
+// insert of it is at or before the offset's lsn (Debezium sent it whole);
+// this is found by peeking at the slot (pg_logical_slot_peek_binary_changes:
 // nothing is consumed, the slot does not move).
 //
 // PlanTakeover changes nothing, so it can be run again after any failure.
@@ -95,7 +96,7 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 	}
 	p.Start = flushed
 	p.Why = fmt.Sprintf("Debezium's stored offset has lsn_commit %s: transactions committing after it are sent", flushed)
-	if off.TxID == 0 || off.LSN <= flushed {
+	if off.TxID == 0 {
 		return p, nil
 	}
 	last, err := peekTransaction(ctx, conn, slot, publication, tables, uint32(off.TxID), flushed, off.LSN)
