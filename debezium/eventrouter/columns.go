@@ -183,7 +183,7 @@ func columnValue(c *decoder.Column, s *schema, v *decoder.Value) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("column %q: %w", c.Name, err)
 		}
-		return zonedTimestamp(t), nil
+		return zonedTimestamp(t, c.TypeModifier), nil
 	}
 	return text, nil
 }
@@ -230,8 +230,17 @@ func parseTimestamp(text string, zoned bool) (time.Time, error) {
 }
 
 // zonedTimestamp is io.debezium.time.ZonedTimestamp's text: ISO-8601 in
-// UTC with as many fractional digits as needed (DateTimeFormatter
-// ISO_OFFSET_DATE_TIME).
-func zonedTimestamp(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.999999999Z")
+// UTC with exactly the column's precision in fractional digits (typmod; 6
+// when the column has none), or, for precision 0, ISO_OFFSET_DATE_TIME's
+// minimal fraction.
+func zonedTimestamp(t time.Time, typmod int32) string {
+	precision := int(typmod)
+	if precision < 0 {
+		precision = 6
+	}
+	t = t.UTC()
+	if precision < 1 || precision > 9 {
+		return t.Format("2006-01-02T15:04:05.999999999Z")
+	}
+	return t.Format("2006-01-02T15:04:05." + strings.Repeat("0", precision) + "Z")
 }

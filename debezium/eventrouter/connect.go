@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // This file models the part of Kafka Connect's data API that Debezium's
@@ -31,7 +33,7 @@ const (
 
 var kindNames = [...]string{
 	kString: "string", kInt16: "int16", kInt32: "int32", kInt64: "int64",
-	kFloat64: "float64", kBool: "boolean", kBytes: "bytes", kStruct: "struct", kArray: "array",
+	kFloat64: "double", kBool: "boolean", kBytes: "bytes", kStruct: "struct", kArray: "array",
 }
 
 func (k kind) String() string { return kindNames[k] }
@@ -314,13 +316,29 @@ func javaClass(v any) string {
 
 // appendJSONString writes s as Jackson does: quotes, backslashes and
 // control characters escaped (\b \t \n \f \r short, others \u00XX with
-// upper-case hex), everything else, non-ASCII included, as UTF-8.
+// upper-case hex), characters beyond U+FFFF as escaped surrogate pairs,
+// everything else, other non-ASCII included, as UTF-8.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789ABCDEF"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if c >= 0xf0 {
+			// A character beyond the Basic Multilingual Plane: Jackson's
+			// UTF-8 generator writes its UTF-16 surrogate pair escaped.
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if size == 4 {
+				dst = append(dst, s[start:i]...)
+				hi, lo := utf16.EncodeRune(r)
+				for _, u := range []rune{hi, lo} {
+					dst = append(dst, '\\', 'u', hex[u>>12&0xf], hex[u>>8&0xf], hex[u>>4&0xf], hex[u&0xf])
+				}
+				i += size - 1
+				start = i + 1
+			}
+			continue
+		}
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}

@@ -185,7 +185,7 @@ func TestRoute(t *testing.T) {
 			wantValue: `{"schema":{"type":"struct","fields":[` +
 				`{"type":"int32","optional":true,"field":"id"},` +
 				`{"type":"int64","optional":true,"field":"big"},` +
-				`{"type":"float64","optional":true,"field":"price"},` +
+				`{"type":"double","optional":true,"field":"price"},` +
 				`{"type":"array","items":{"type":"string","optional":true},"optional":true,"field":"tags"},` +
 				`{"type":"struct","fields":[{"type":"boolean","optional":true,"field":"x"}],"optional":true,"name":"payload.o","field":"o"}],` +
 				`"optional":true,"name":"payload"},` +
