@@ -1,6 +1,7 @@
 package debezium
 
 import (
+	"regexp"
 	"strings"
 )
 
@@ -169,9 +170,23 @@ func (t *translator) worker_() {
 	}
 }
 
-// leftovers reports every connector key nothing handled.
+// configProviderRE matches a Kafka Connect config provider reference,
+// ${provider:[path:]key}, which Connect resolves and walbox does not.
+var configProviderRE = regexp.MustCompile(`\$\{[A-Za-z0-9_.-]+:[^}]*\}`)
+
+// leftovers reports every connector key nothing handled, and values that
+// use a config provider.
 func (t *translator) leftovers() {
 	c := t.conn
+	for _, p := range []*Properties{t.conn, t.worker} {
+		for _, e := range p.Entries() {
+			if configProviderRE.MatchString(e.Value) {
+				t.problems = append(t.problems, Problem{Key: e.Key, Where: p.Where(e.Key), Value: redact(e.Key, e.Value),
+					Why: "uses a Kafka Connect config provider (${provider:path:key}), which walbox does not resolve",
+					Fix: "put the value itself in the file, or set the walbox option it maps to (for a password: WALBOX_PG_DSN or --kafka-sasl-password-file)"})
+			}
+		}
+	}
 	for _, e := range c.Entries() {
 		if !t.used[c][e.Key] {
 			t.fail(c, e.Key, "a connector setting walbox does not know", "remove it, or check its spelling")

@@ -151,6 +151,17 @@ func TestTranslateUnsupportedAllAtOnce(t *testing.T) {
 	}
 }
 
+func TestTranslateConfigProvider(t *testing.T) {
+	_, err := translate(t, base+"database.password=${file:/run/secrets/pg.properties:password}\n", "")
+	if err == nil || !strings.Contains(err.Error(), "config provider") || strings.Contains(err.Error(), "/run/secrets") {
+		t.Errorf("err = %v", err)
+	}
+	// ${routedByValue} is the EventRouter's own placeholder, not a provider.
+	if _, err := translate(t, base+"transforms.outbox.route.topic.replacement=events.${routedByValue}\n", ""); err != nil {
+		t.Errorf("routedByValue: %v", err)
+	}
+}
+
 func TestTranslateMissing(t *testing.T) {
 	_, err := translate(t, "connector.class=io.debezium.connector.postgresql.PostgresConnector\n", "")
 	var ue *UnsupportedError
