@@ -206,7 +206,7 @@ func (t *translator) translate() {
 	t.converters()
 	t.producer()
 	t.knownConnectorKeys()
-	t.worker_()
+	t.workerKeys()
 	t.leftovers()
 }
 
@@ -223,7 +223,7 @@ func (t *translator) connectorClass() {
 	}
 }
 
-func time_ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+func msDuration(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // tableRE is a table.include.list entry walbox takes as a literal name:
 // identifier characters and an escaped or unescaped dot between schema

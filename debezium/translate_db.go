@@ -162,5 +162,5 @@ func millis(v string) (string, bool) {
 	if err != nil || n < 0 || n > int64(1<<62)/1e6 {
 		return "", false
 	}
-	return (time_ms(n)).String(), true
+	return msDuration(n).String(), true
 }

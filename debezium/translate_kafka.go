@@ -1,7 +1,9 @@
 package debezium
 
 import (
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -106,8 +108,8 @@ func (t *translator) producer() {
 		}
 		return s.p, s.key, s.v, ok
 	})
-	for k, s := range sec {
-		_ = k
+	for _, k := range slices.Sorted(maps.Keys(sec)) {
+		s := sec[k]
 		t.fail(s.p, s.key, "a Kafka security setting walbox does not support", "remove it, or set walbox's --kafka-tls-* / --kafka-sasl-* options")
 	}
 }

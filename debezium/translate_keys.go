@@ -132,9 +132,9 @@ var workerOwnPrefixes = []string{
 	"key.converter.", "value.converter.", "header.converter", "task.", "errors.",
 }
 
-// worker_ records what the worker file sets besides the producer and the
+// workerKeys records what the worker file sets besides the producer and the
 // converters.
-func (t *translator) worker_() {
+func (t *translator) workerKeys() {
 	w := t.worker
 	if w == nil {
 		return
