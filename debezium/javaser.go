@@ -33,6 +33,12 @@ const (
 	maxOffsetsEntries = 1 << 20
 )
 
+// ErrOffsetsTruncated marks an offsets file that ends early: Connect was
+// killed while writing it (FileOffsetBackingStore overwrites it in place).
+// Connect itself then starts with no offsets; so does Debezium, from the
+// slot's confirmed position. It wraps ErrOffsets.
+var ErrOffsetsTruncated = fmt.Errorf("%w: the offsets file ends early (Connect was stopped while writing it)", ErrOffsets)
+
 // ReadOffsetsFile reads Connect standalone's offset.storage.file.filename
 // and returns its entries (key, value; either may be nil).
 func ReadOffsetsFile(path string) ([][2][]byte, error) {
@@ -56,9 +62,16 @@ func ParseOffsetsFile(data []byte) (entries [][2][]byte, err error) {
 	r := &javaReader{b: data}
 	defer func() {
 		if p := recover(); p != nil {
+			if _, short := p.(truncated); short {
+				entries, err = nil, fmt.Errorf("%w: %v", ErrOffsetsTruncated, p)
+				return
+			}
 			entries, err = nil, fmt.Errorf("%w: not a Connect offsets file: %v", ErrOffsets, p)
 		}
 	}()
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: the file is empty", ErrOffsetsTruncated)
+	}
 	if r.u16() != javaMagic || r.u16() != javaVersion {
 		return nil, fmt.Errorf("%w: not a Java serialization stream (Connect standalone's offsets file starts with AC ED 00 05)", ErrOffsets)
 	}
@@ -88,6 +101,10 @@ func ParseOffsetsFile(data []byte) (entries [][2][]byte, err error) {
 		v := r.byteArrayOrNull()
 		entries = append(entries, [2][]byte{k, v})
 	}
+	// The end of HashMap's writeObject data.
+	if tc := r.u8(); tc != tcEndBlockData {
+		return nil, fmt.Errorf("%w: expected the end of the HashMap, found type code 0x%02x", ErrOffsets, tc)
+	}
 	return entries, nil
 }
 
@@ -110,9 +127,15 @@ type javaReader struct {
 	handles []any
 }
 
+// truncated is the panic value of a read past the end.
+type truncated string
+
 func (r *javaReader) need(n int) []byte {
-	if n < 0 || r.pos+n > len(r.b) {
-		panic(fmt.Sprintf("truncated at byte %d (need %d more)", r.pos, n))
+	if n < 0 {
+		panic(fmt.Sprintf("negative length %d at byte %d", n, r.pos))
+	}
+	if r.pos+n > len(r.b) {
+		panic(truncated(fmt.Sprintf("truncated at byte %d (need %d more)", r.pos, n)))
 	}
 	s := r.b[r.pos : r.pos+n]
 	r.pos += n

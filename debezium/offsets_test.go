@@ -171,3 +171,18 @@ func TestJavaHashMapMatchesJava(t *testing.T) {
 }
 
 func ReadOffsetsFileBytes(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// Connect overwrites its offsets file in place: killed while writing, it
+// leaves a prefix, which Connect reads as "no offsets".
+func TestTruncatedOffsetsFile(t *testing.T) {
+	real, err := os.ReadFile("testdata/connect.offsets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 4, 5, 40, len(real) / 2, len(real) - 1} {
+		_, err := ParseOffsetsFile(real[:n])
+		if !errors.Is(err, ErrOffsetsTruncated) || !errors.Is(err, ErrOffsets) {
+			t.Errorf("first %d bytes: %v, want ErrOffsetsTruncated", n, err)
+		}
+	}
+}

@@ -58,6 +58,9 @@ type Plan struct {
 // this is found by peeking at the slot (pg_logical_slot_peek_binary_changes:
 // nothing is consumed, the slot does not move).
 //
+// The zero Offset means none is stored: walbox then starts at the slot's
+// confirmed position, as Debezium would.
+//
 // PlanTakeover changes nothing, so it can be run again after any failure.
 // It refuses (ErrTakeover, with both positions) a missing slot, a slot of
 // another plugin, an offset from an unfinished snapshot, and a slot
@@ -86,6 +89,14 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 		return p, fmt.Errorf("%w: Debezium's stored offset is from its initial snapshot, which had not finished; let Debezium finish the snapshot, then stop it and take over", ErrTakeover)
 	}
 	p.SlotConfirmed = info.ConfirmedFlushLSN
+	if off == (Offset{}) {
+		// No stored offset: Debezium itself would start from the slot's
+		// confirmed position, which it moves only to stored offsets.
+		p.Start = p.SlotConfirmed
+		p.Why = "no stored offset (the offsets store lost it, or Debezium stopped before its first offset flush): from the slot's confirmed position, as Debezium would restart; " +
+			"every event Debezium sent after it is sent again"
+		return p, nil
+	}
 	flushed := off.Flushed()
 	if p.SlotConfirmed > flushed {
 		return p, fmt.Errorf("%w: slot %q is confirmed up to %s, past Debezium's stored offset (lsn_commit %s, lsn %s): "+

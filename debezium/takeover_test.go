@@ -191,3 +191,14 @@ func TestPlanTakeover(t *testing.T) {
 		t.Errorf("missing slot: %v", err)
 	}
 }
+
+// With no stored offset walbox starts at the slot's position, as Debezium
+// would.
+func TestPlanTakeoverNoOffset(t *testing.T) {
+	e := newTakeoverEnv(t)
+	e.advance(t, e.txs[0].end)
+	p, err := e.plan(t, debezium.Offset{})
+	if err != nil || p.Start != e.txs[0].end || !strings.Contains(p.Why, "no stored offset") {
+		t.Errorf("plan %+v, %v", p, err)
+	}
+}

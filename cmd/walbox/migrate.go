@@ -153,6 +153,11 @@ func readOffset(ctx context.Context, cfg config.Config, tr *debezium.Translation
 	var err error
 	if src.file != "" {
 		entries, err = debezium.ReadOffsetsFile(src.file)
+		if errors.Is(err, debezium.ErrOffsetsTruncated) {
+			// Connect would start with no offsets from this file; so does
+			// the plan: from the slot's confirmed position.
+			return debezium.Offset{}, nil
+		}
 	} else {
 		kc, kerr := cfg.KafkaConfig()
 		if kerr != nil {
@@ -181,6 +186,10 @@ func planTakeover(ctx context.Context, cfg config.Config, tr *debezium.Translati
 	off, err := readOffset(ctx, cfg, tr, src)
 	if err != nil {
 		return debezium.Plan{}, err
+	}
+	if off == (debezium.Offset{}) {
+		log.Warn("Debezium's offsets file ends early (Connect was killed while writing it), so it holds no offset; "+
+			"like Debezium, walbox starts from the slot's confirmed position and sends again what Debezium sent after it", "file", src.file)
 	}
 	cc, err := cfg.ConnConfig()
 	if err != nil {
