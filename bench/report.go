@@ -126,6 +126,8 @@ func PrintTable(w io.Writer, res *Results) {
 		tw.Flush()
 	}
 
+	printDebezium(w, res)
+
 	if len(res.Errors) > 0 {
 		fmt.Fprintln(w, "\nErrors:")
 		for _, e := range res.Errors {

@@ -36,6 +36,10 @@ type Results struct {
 	LatencyPlot      string   `json:"latency_plot,omitempty"`
 	Errors           []string `json:"errors,omitempty"`
 	Notes            []string `json:"notes"`
+
+	// Debezium is walbox against Debezium from the same run
+	// (--with-debezium).
+	Debezium *DebeziumResult `json:"debezium,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -188,6 +192,10 @@ type SteadyRun struct {
 	// PeakRSSBytes is as in DrainRun, read after the last event arrived.
 	PeakRSSBytes int64  `json:"peak_rss_bytes,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// CPUSeconds is the relay process's CPU time from the start of the
+	// measured writing until the last event arrived (relays run as their
+	// own process only).
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 
 	latencies []time.Duration
 }
@@ -269,29 +277,29 @@ type RSSFigure struct {
 // the largest first.
 func peakRSSSummary(res *Results) []RSSFigure {
 	var out []RSSFigure
-	add := func(run string, b int64) {
-		if b > 0 {
+	add := func(relay, run string, b int64) {
+		if b > 0 && !isReference(relay) {
 			out = append(out, RSSFigure{Run: run, Bytes: b})
 		}
 	}
 	if b := res.Backlog; b != nil {
 		for _, r := range b.Runs {
-			add(fmt.Sprintf("backlog drain, %s events", thousands(r.Events)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("backlog drain, %s events", thousands(r.Events)), r.PeakRSSBytes)
 		}
 	}
 	if s := res.Steady; s != nil {
 		for _, r := range s.Runs {
-			add(fmt.Sprintf("steady load, %s events/s", thousands(s.TargetRate)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("steady load, %s events/s", thousands(s.TargetRate)), r.PeakRSSBytes)
 		}
 	}
 	if l := res.LargeTxn; l != nil {
 		for _, r := range l.Runs {
-			add(fmt.Sprintf("large transaction, %s rows", thousands(r.Events)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("large transaction, %s rows", thousands(r.Events)), r.PeakRSSBytes)
 		}
 	}
 	if p := res.Payload; p != nil {
 		for _, r := range p.Runs {
-			add(fmt.Sprintf("large payloads, %s rows of %s bytes", thousands(r.Events), thousands(p.PayloadBytes)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("large payloads, %s rows of %s bytes", thousands(r.Events), thousands(p.PayloadBytes)), r.PeakRSSBytes)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b RSSFigure) int { return cmp.Compare(b.Bytes, a.Bytes) })

@@ -65,6 +65,11 @@ type Config struct {
 
 	Log      *slog.Logger // diagnostics; relay logs at warn and above
 	Progress io.Writer    // one line per step
+
+	// WithDebezium adds Debezium's Postgres connector with the Outbox Event
+	// Router in Kafka Connect standalone (debezium.go) to the backlog and
+	// steady scenarios; it needs java, mvn and a real broker.
+	WithDebezium bool
 }
 
 func (c Config) wants(s string) bool {
@@ -178,6 +183,7 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 	r.res.PeakRSS = peakRSSSummary(r.res)
 	r.res.Comparisons = compare(r.res)
 	r.res.Notes = notes(r.res)
+	r.res.Debezium = r.debeziumSummary()
 	r.res.DurationSeconds = time.Since(r.res.Started).Seconds()
 	r.res.Machine.LoadAvgEnd = loadAvg()
 	return r.res, ctx.Err()
@@ -216,6 +222,9 @@ func (r *Runner) drain(ctx context.Context, rel Relay, n int, target pglogrepl.L
 		run.Error = err.Error()
 		return run
 	}
+	if rr, ok := rel.(readyRelay); ok {
+		t0 = rr.ReadyAt() // a JVM's start-up is not the drain
+	}
 	acked, done, err := r.waitDrain(ctx, rel, n, target, t0, limit)
 	delivered := n
 	if errors.Is(err, errLimit) {
@@ -228,18 +237,18 @@ func (r *Runner) drain(ctx context.Context, rel Relay, n int, target pglogrepl.L
 		onDone()
 	}
 	run.OtherCPUPct = watch.otherPct()
-	if _, ok := rel.(*walboxProc); !ok {
+	if _, ok := rel.(procRelay); !ok {
 		// In-process relays: this process's CPU, which is the relay's plus
 		// the small cost of waitDrain (and the broker's with kfake).
 		run.CPUSeconds = (selfCPU() - cpu0).Seconds()
 	}
-	if wp, ok := rel.(*walboxProc); ok && err == nil {
-		if rss, e := wp.PeakRSS(); e == nil {
+	if pr, ok := rel.(procRelay); ok && err == nil {
+		if rss, e := pr.PeakRSS(); e == nil {
 			run.PeakRSSBytes = rss
 		} else {
 			err = e
 		}
-		if cpu, e := processCPU(wp.PID()); e == nil {
+		if cpu, e := pr.CPU(); e == nil {
 			run.CPUSeconds = cpu.Seconds()
 		}
 	}
@@ -384,6 +393,9 @@ func (r *Runner) backlog(ctx context.Context) {
 	if c.CPUProfile != "" {
 		slots = append(slots, "bench_walbox_inproc")
 	}
+	if c.WithDebezium {
+		slots = append(slots, debeziumSlot)
+	}
 	for _, slot := range slots {
 		if _, err := r.env.CreateSlot(ctx, slot); err != nil {
 			r.fail("backlog", err)
@@ -402,6 +414,9 @@ func (r *Runner) backlog(ctx context.Context) {
 		record(r.drain(ctx, r.env.NewWalbox("bench_walbox_inproc", r.prefix("backlog", "walbox-inproc"), c.WalboxLinger, r.cfg.Log), n, target, res.PayloadBytes, 0, onStart, onDone))
 	}
 	record(r.drain(ctx, r.env.NewCeiling("bench_ceiling", r.prefix("backlog", "ceiling")), n, target, res.PayloadBytes, 0, nil, nil))
+	if c.WithDebezium && ctx.Err() == nil {
+		record(r.drain(ctx, r.newDebezium("backlog"), n, target, res.PayloadBytes, 0, nil, nil))
+	}
 	for i, b := range c.PollBatches {
 		if ctx.Err() != nil {
 			return

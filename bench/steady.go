@@ -47,6 +47,9 @@ func (r *Runner) steady(ctx context.Context) {
 	if c.SteadyCeiling {
 		relays = append(relays, func() Relay { return r.env.NewCeiling("bench_ceiling", r.prefix("steady", "ceiling")) })
 	}
+	if c.WithDebezium {
+		relays = append(relays, func() Relay { return r.newDebezium("steady") })
+	}
 	for _, batch := range c.PollBatches {
 		relays = append(relays, func() Relay { return r.env.NewPollRelay(batch, r.prefix("steady", fmt.Sprintf("poll%d", batch))) })
 	}
@@ -122,6 +125,9 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 	defer stop() //nolint:errcheck // stopped explicitly on success
 	warm := load
 	warm.Duration = warmup
+	if rr, ok := rel.(readyRelay); ok {
+		warm.Duration = rr.Warmup()
+	}
 	if _, err := r.env.Write(ctx, warm, r.ids(warm.maxEvents()), clk); err != nil {
 		run.Error = "warm-up: " + err.Error()
 		return run
@@ -133,7 +139,7 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 		run.Error = err.Error()
 		return run
 	}
-	watch := r.env.startCPUWatch()
+	watch, cpu0 := r.env.startCPUWatch(), relayCPU(rel)
 	if profStart != nil {
 		if err := profStart(); err != nil {
 			run.Error = err.Error()
@@ -159,9 +165,12 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 	if err := rel.Err(); err != nil {
 		waitErr = errors.Join(waitErr, err)
 	}
-	if wp, ok := rel.(*walboxProc); ok && waitErr == nil {
-		rss, err := wp.PeakRSS()
+	if pr, ok := rel.(procRelay); ok && waitErr == nil {
+		rss, err := pr.PeakRSS()
 		run.PeakRSSBytes, waitErr = rss, err
+		if cpu := relayCPU(rel); cpu >= 0 && cpu0 >= 0 {
+			run.CPUSeconds = (cpu - cpu0).Seconds()
+		}
 	}
 	stopErr := stop()
 	if topics := rel.Topics(); len(topics) > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -49,6 +51,13 @@ type dbzCase struct {
 	// exactTimestamp: table.field.event.timestamp is set and every row has
 	// it, so the record timestamps must be equal, not just plausible.
 	exactTimestamp bool
+	// tables is how many outbox tables of the same shape the connector
+	// covers (table.include.list); row i goes to table i mod tables.
+	tables int
+	// failing is how many of the last rows Debezium fails its task on;
+	// walbox must stop on the first of them with an invalid-row error, and
+	// neither side produces a record for them.
+	failing int
 }
 
 const (
@@ -172,6 +181,79 @@ func dbzCases() []dbzCase {
 			routed:         []string{"order", "shipment"},
 			exactTimestamp: true,
 		},
+		func() dbzCase {
+			c := canonical("noext", map[string]string{"extended.headers.enabled": "false"})
+			c.rows = canonicalRows[:3]
+			return c
+		}(),
+		{
+			name: "two_tables",
+			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+				aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb`,
+			props: map[string]string{
+				"key.converter": jsonConv, "value.converter": jsonConv,
+				"transforms.outbox.table.fields.additional.placement": "type:envelope:eventType,type:header:eventType",
+			},
+			insert: canonicalInsert,
+			rows: []string{
+				`('00000000-0000-4000-8000-000000000401', 'invoice', 'i-1', 'InvoiceIssued', '{"total": 1}')`,
+				`('00000000-0000-4000-8000-000000000402', 'order', 'o-1', 'OrderCreated', '{"total": 2}')`,
+				`('00000000-0000-4000-8000-000000000403', 'order', 'o-2', 'OrderCreated', NULL)`,
+				`('00000000-0000-4000-8000-000000000404', 'invoice', 'i-1', 'InvoicePaid', '{}')`,
+			},
+			routed: []string{"invoice", "order"},
+			tables: 2,
+		},
+		{
+			name: "defaults",
+			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+				aggregateid varchar(255) NOT NULL DEFAULT 'none', type varchar(255) NOT NULL DEFAULT 'Evt',
+				payload jsonb DEFAULT '{}'::jsonb, status varchar(20) NOT NULL DEFAULT 'new',
+				created_at timestamp(3) NOT NULL DEFAULT now(), n integer DEFAULT 42, note text DEFAULT NULL`,
+			props: map[string]string{
+				"key.converter": jsonConv, "value.converter": jsonConv,
+				"transforms.outbox.table.field.event.timestamp": "created_at",
+				"transforms.outbox.table.fields.additional.placement": "status:envelope,created_at:envelope," +
+					"n:envelope,note:envelope,created_at:header:createdMs,n:header",
+			},
+			insert: `id, aggregatetype, payload, created_at, n`,
+			rows: []string{
+				`('00000000-0000-4000-8000-000000000501', 'order', '{"a": 1}', '2026-11-30 12:34:56.789', 7)`,
+				`('00000000-0000-4000-8000-000000000502', 'order', NULL, '2026-11-30 12:34:57', NULL)`,
+				`('00000000-0000-4000-8000-000000000503', 'order', DEFAULT, '2026-11-30 12:34:58.001', DEFAULT)`,
+			},
+			routed:         []string{"order"},
+			exactTimestamp: true,
+		},
+		{
+			// Nothing NOT NULL: null event id and key, JSON schemas optional.
+			name:    "nullable",
+			columns: `id text, aggregatetype text, aggregateid text, type text, payload text`,
+			props: map[string]string{
+				"key.converter": jsonConv, "value.converter": jsonConv,
+				"transforms.outbox.table.fields.additional.placement": "type:header",
+			},
+			insert: canonicalInsert,
+			rows: []string{
+				`(NULL, 'note', NULL, NULL, 'x')`,
+				`('id-2', 'note', 'k', 'T', NULL)`,
+				`('id-3', 'note', '', '', '')`,
+			},
+			routed: []string{"note"},
+		},
+		{
+			// A NULL route-by value: Debezium's RegexRouter throws and the
+			// task fails; walbox's relay stops with router.ErrInvalidRow.
+			name:    "fails",
+			columns: `id uuid PRIMARY KEY, aggregatetype text, aggregateid text NOT NULL, type text, payload jsonb`,
+			insert:  canonicalInsert,
+			rows: []string{
+				`('00000000-0000-4000-8000-000000000601', 'order', 'o-1', 'OrderCreated', '{}')`,
+				`('00000000-0000-4000-8000-000000000602', NULL, 'o-1', 'OrderCreated', '{}')`,
+			},
+			routed:  []string{"order"},
+			failing: 1,
+		},
 		bytea("bytea", byteArrayConv),
 		bytea("bytea_str", stringConv),
 		bytea("bytea_json", jsonConv),
@@ -199,7 +281,23 @@ func bytea(name, valueConverter string) dbzCase {
 	}
 }
 
-func (c dbzCase) table() string { return "ob_" + c.name }
+// tableNames are the case's outbox tables, without schema.
+func (c dbzCase) tableNames() []string {
+	names := []string{"ob_" + c.name}
+	for i := 1; i < c.tables; i++ {
+		names = append(names, fmt.Sprintf("ob_%s_%d", c.name, i+1))
+	}
+	return names
+}
+
+// qualified returns the case's tables as schema.table.
+func (c dbzCase) qualified() []string {
+	var q []string
+	for _, n := range c.tableNames() {
+		q = append(q, "public."+n)
+	}
+	return q
+}
 
 // topic is a side's topic for a route-by value.
 func (c dbzCase) topic(side, routed string) string { return side + "." + c.name + "." + routed }
@@ -207,7 +305,7 @@ func (c dbzCase) topic(side, routed string) string { return side + "." + c.name 
 // connectorProps are the case's connector properties for Debezium.
 func (c dbzCase) connectorProps() map[string]string {
 	p := map[string]string{
-		"table.include.list": "public." + c.table(),
+		"table.include.list": strings.Join(c.qualified(), ","),
 		"slot.name":          "dbz_" + c.name,
 		"publication.name":   "dbz_" + c.name,
 		"topic.prefix":       dbzLogicalName,
@@ -221,7 +319,7 @@ func (c dbzCase) connectorProps() map[string]string {
 // translates it.
 func (c dbzCase) routerConfig(t *testing.T) eventrouter.Config {
 	cfg := eventrouter.Defaults()
-	cfg.Tables = []string{"public." + c.table()}
+	cfg.Tables = c.qualified()
 	cfg.LogicalName = dbzLogicalName
 	cfg.ConnectorName = "dbz-" + c.name
 	cfg.RunID = dbzRunID
@@ -245,6 +343,8 @@ func (c dbzCase) routerConfig(t *testing.T) eventrouter.Config {
 		case "value.converter":
 			cfg.ValueConverter = conv(v, c.props["value.converter.schemas.enable"])
 		case "key.converter.schemas.enable", "value.converter.schemas.enable":
+		case "extended.headers.enabled":
+			cfg.ExtendedHeaders = v == "true"
 		case "transforms.outbox.route.by.field":
 			cfg.RouteByColumn = v
 		case "transforms.outbox.route.topic.regex":
@@ -300,8 +400,10 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	for _, c := range cases {
-		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TABLE public.%s (%s)", c.table(), c.columns)); err != nil {
-			t.Fatalf("case %s: %v", c.name, err)
+		for _, table := range c.qualified() {
+			if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (%s)", table, c.columns)); err != nil {
+				t.Fatalf("case %s: %v", c.name, err)
+			}
 		}
 	}
 
@@ -338,18 +440,23 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	}
 
 	// walbox: one relay per case with its own slot.
+	relays := map[string]*relayRun{}
 	for _, c := range cases {
-		startEventRouterRelay(ctx, t, srv.DSN(db), conn, broker.Addrs(), c)
+		relays[c.name] = startEventRouterRelay(ctx, t, srv.DSN(db), conn, broker.Addrs(), c)
 	}
 
 	windowStart := time.Now().Add(-time.Second)
 	want := 0
 	for _, c := range cases {
-		for _, r := range c.rows {
-			if _, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO public.%s (%s) VALUES %s", c.table(), c.insert, r)); err != nil {
+		tables := c.qualified()
+		for i, r := range c.rows {
+			table := tables[i%len(tables)]
+			if _, err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO %s (%s) VALUES %s", table, c.insert, r)); err != nil {
 				t.Fatalf("case %s: insert %s: %v", c.name, r, err)
 			}
-			want++
+			if i < len(c.rows)-c.failing {
+				want++
+			}
 		}
 	}
 
@@ -369,8 +476,8 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	}
 	matched := 0
 	for _, c := range cases {
-		for i := range c.rows {
-			id := fmt.Sprintf("00000000-0000-4000-8000-%012d", caseBase(c)+i+1)
+		for i := range c.rows[:len(c.rows)-c.failing] {
+			id := rowID(c.rows[i])
 			d, w := byKey[recKey{"dbz", c.name, id}], byKey[recKey{"wb", c.name, id}]
 			if d == nil || w == nil {
 				t.Errorf("case %s row %s: Debezium record %v, walbox record %v", c.name, id, d != nil, w != nil)
@@ -384,13 +491,75 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d rows produced identical records from Debezium and walbox", matched, want)
+
+	// Where Debezium fails its task, walbox stops too, with an error its
+	// invalid-row policy handles, before producing anything for the row.
+	for _, c := range cases {
+		if c.failing == 0 {
+			continue
+		}
+		select {
+		case err := <-relays[c.name].done:
+			if !errors.Is(err, router.ErrInvalidRow) {
+				t.Errorf("case %s: walbox relay ended with %v, want an invalid-row error", c.name, err)
+			} else {
+				t.Logf("case %s: walbox stopped: %v", c.name, err)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("case %s: walbox relay still running a minute after the row Debezium fails on", c.name)
+		}
+		trace := waitConnectorFailed(ctx, t, connect.RESTAddr(), "dbz-"+c.name)
+		t.Logf("case %s: Debezium's task FAILED: %s", c.name, firstLine(trace))
+		for _, id := range []string{rowID(c.rows[len(c.rows)-c.failing])} {
+			for side := range map[string]bool{"dbz": true, "wb": true} {
+				if r := byKey[recKey{side, c.name, id}]; r != nil {
+					t.Errorf("case %s: %s produced a record for the failing row %s", c.name, side, id)
+				}
+			}
+		}
+	}
 }
 
-// caseBase is the number the case's event ids count from (see the rows).
-func caseBase(c dbzCase) int {
-	var n int
-	fmt.Sscanf(strings.TrimPrefix(strings.Fields(c.rows[0])[0], "('00000000-0000-4000-8000-"), "%d", &n)
-	return n - 1
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// waitConnectorFailed polls a connector until its task reports FAILED and
+// returns the task's trace.
+func waitConnectorFailed(ctx context.Context, t *testing.T, restAddr, name string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		var st struct {
+			Tasks []struct{ State, Trace string }
+		}
+		resp, err := http.Get("http://" + restAddr + "/connectors/" + name + "/status")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+		}
+		if err == nil && len(st.Tasks) > 0 && st.Tasks[0].State == "FAILED" {
+			return st.Tasks[0].Trace
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("connector %s: %v", name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Errorf("connector %s: task not FAILED a minute after the row Debezium cannot route", name)
+	return ""
+}
+
+// rowID is the event id a row inserts: its first value, "" for NULL.
+func rowID(row string) string {
+	row = strings.TrimSpace(strings.TrimPrefix(row, "("))
+	if strings.HasPrefix(row, "NULL") {
+		return ""
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(row, "'"), "'")
+	return id
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -414,7 +583,7 @@ func compareRecords(c dbzCase, d, w *kgo.Record, from, to time.Time) []string {
 	if hd, hw := headerList(d, false), headerList(w, false); hd != hw {
 		diffs = append(diffs, fmt.Sprintf("headers:\n    Debezium %s\n    walbox   %s", hd, hw))
 	}
-	if run := dbzHeader(d, eventrouter.HeaderRunID); !uuidRE.MatchString(run) {
+	if run := dbzHeader(d, eventrouter.HeaderRunID); c.props["extended.headers.enabled"] != "false" && !uuidRE.MatchString(run) {
 		diffs = append(diffs, fmt.Sprintf("Debezium's run id header %q is not a UUID", run))
 	}
 	if c.exactTimestamp {
@@ -525,12 +694,22 @@ func waitConnectorRunning(ctx context.Context, t *testing.T, conn *pgx.Conn, c *
 	t.Fatalf("connector %s not streaming after 3 minutes (last: %s)", name, last)
 }
 
+// relayRun is a running walbox relay; done receives Run's result once.
+type relayRun struct{ done chan error }
+
 // startEventRouterRelay runs walbox's relay with eventrouter for one case
-// until the test ends.
-func startEventRouterRelay(ctx context.Context, t *testing.T, dsn string, conn *pgx.Conn, brokers []string, c dbzCase) {
+// until the test ends. An error from Run fails the test unless the case
+// has failing rows (the test reads it from done then).
+func startEventRouterRelay(ctx context.Context, t *testing.T, dsn string, conn *pgx.Conn, brokers []string, c dbzCase) *relayRun {
 	t.Helper()
-	slotCfg := slotctl.Config{Table: "public." + c.table(), Slot: "wb_" + c.name, Publication: "wb_" + c.name, CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, slotCfg); err != nil {
+	slotCfg := slotctl.Config{Table: c.qualified()[0], Slot: "wb_" + c.name, Publication: "wb_" + c.name, CreateMissing: true}
+	if c.tables > 1 {
+		// slotctl manages single-table publications.
+		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+			slotCfg.Publication, strings.Join(c.qualified(), ", "))); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := slotctl.EnsurePublication(ctx, conn, slotCfg); err != nil {
 		t.Fatal(err)
 	}
 	slot, err := slotctl.EnsureSlot(ctx, conn, slotCfg)
@@ -559,21 +738,23 @@ func startEventRouterRelay(ctx context.Context, t *testing.T, dsn string, conn *
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	run := &relayRun{done: make(chan error, 1)}
 	var wg sync.WaitGroup
-	var runErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		runErr = relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN))
+		err := relay.Run(rctx, pglogrepl.LSN(slot.ConfirmedFlushLSN))
+		if err != nil && c.failing == 0 && rctx.Err() == nil {
+			t.Errorf("case %s: walbox relay: %v", c.name, err)
+		}
+		run.done <- err
 	}()
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
 		kcl.Close()
-		if runErr != nil && rctx.Err() == nil {
-			t.Errorf("case %s: walbox relay: %v", c.name, runErr)
-		}
 	})
+	return run
 }
 
 // consumeAll reads topics from the start until n records arrived.

@@ -63,6 +63,7 @@ type options struct {
 	walboxEnv     string
 	pollLimit     time.Duration
 	verbose       bool
+	withDebezium  bool
 }
 
 // Sizes of the default and the quick run.
@@ -112,6 +113,7 @@ Options:
 	fs.StringVar(&o.walboxEnv, "walbox-env", "", "extra environment of every walbox run, comma-separated KEY=VALUE (e.g. GOMEMLIMIT=40MiB); GOMEMLIMIT, GOGC and WALBOX_* are not passed on from this process's environment")
 	fs.DurationVar(&o.pollLimit, "poll-drain-limit", time.Minute, "stop a polling relay's backlog drain after this long and report the rate so far (0: no limit)")
 	fs.BoolVar(&o.verbose, "v", false, "log the relays' and the harness's diagnostics to stderr")
+	fs.BoolVar(&o.withDebezium, "with-debezium", false, "also run Debezium 3.x (Postgres connector + Outbox Event Router in Kafka Connect standalone, jars from e2e/debezium/pom.xml through mvn) in the backlog and steady scenarios and print walbox/Debezium ratios; needs java 17+, mvn and a real broker")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -193,6 +195,9 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 	}
 	out, _ := filepath.Abs(o.out)
 
+	if o.withDebezium && o.broker == bench.BrokerAuto {
+		o.broker = bench.BrokerKafka // Connect cannot use kfake; fail rather than fall back
+	}
 	fmt.Fprintf(stderr, "walbox-bench: starting Postgres and the broker (%s)\n", o.broker)
 	env, err := bench.StartEnv(ctx, bench.EnvOptions{Broker: o.broker, Log: log})
 	if err != nil {
@@ -220,7 +225,7 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 		LargeTxn: large, PollBatches: polls, Scenarios: scenarios,
 		LargePayloadRows: o.payloadRows, LargePayloadBytes: o.payloadBytes,
 		OutDir: out, CPUProfile: o.cpuProfile, WalboxBin: o.walboxBin, WalboxLinger: o.walboxLinger, PollDrainLimit: o.pollLimit,
-		Log: log, Progress: stderr,
+		Log: log, Progress: stderr, WithDebezium: o.withDebezium,
 	}, env)
 	res, err := r.Run(ctx)
 	if res == nil {

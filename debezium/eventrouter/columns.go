@@ -3,6 +3,8 @@ package eventrouter
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,10 +45,14 @@ const (
 
 // ColumnInfo is what Debezium reads from the catalog about a column and
 // pgoutput does not send: whether it is NOT NULL, which makes its Connect
-// schema required ("optional":false) in JsonConverter output with schemas.
+// schema required ("optional":false), and its DEFAULT expression, which
+// Debezium turns into the schema's default value: JsonConverter writes it
+// into the schema, and a NULL in the row reads as the default.
 type ColumnInfo struct {
 	Name    string
 	NotNull bool
+	// Default is pg_get_expr of the column default, "" for none.
+	Default string
 }
 
 // Querier is the part of *pgx.Conn or *pgxpool.Pool LoadColumns uses.
@@ -67,10 +73,11 @@ func LoadColumns(ctx context.Context, q Querier, tables []string) (map[string][]
 		if !ok {
 			return nil, fmt.Errorf("eventrouter: table %q is not schema.table; fix table.include.list", t)
 		}
-		rows, err := q.Query(ctx, `SELECT a.attname, a.attnotnull
+		rows, err := q.Query(ctx, `SELECT a.attname, a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), '')
 			FROM pg_catalog.pg_attribute a
 			JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
 			JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+			LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 			WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
 			ORDER BY a.attnum`, schemaName, table)
 		if err != nil {
@@ -78,7 +85,7 @@ func LoadColumns(ctx context.Context, q Querier, tables []string) (map[string][]
 		}
 		cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ColumnInfo, error) {
 			var c ColumnInfo
-			err := r.Scan(&c.Name, &c.NotNull)
+			err := r.Scan(&c.Name, &c.NotNull, &c.Default)
 			return c, err
 		})
 		if err != nil {
@@ -243,4 +250,117 @@ func zonedTimestamp(t time.Time, typmod int32) string {
 		return t.Format("2006-01-02T15:04:05.999999999Z")
 	}
 	return t.Format("2006-01-02T15:04:05." + strings.Repeat("0", precision) + "Z")
+}
+
+// Debezium's PostgresDefaultValueConverter patterns: a default that calls a
+// function, or is one of the SQL current date/time keywords, becomes a fixed
+// placeholder; a quoted literal becomes its text.
+var (
+	functionDefault = regexp.MustCompile(`^[(]?[A-Za-z0-9_.]+\((?:.+(?:, ?.+)*)?\)`)
+	literalDefault  = regexp.MustCompile(`'(.*?)'`)
+	currentDateTime = []string{"current_timestamp", "current_time", "current_date", "localtime", "localtimestamp"}
+)
+
+// extractDefault is PostgresDefaultValueConverter.extractDefault; ok is
+// false for a NULL default.
+func extractDefault(expr, placeholder string) (string, bool) {
+	if functionDefault.MatchString(expr) || slices.Contains(currentDateTime, strings.ToLower(expr)) {
+		return placeholder, true
+	}
+	if strings.Contains(expr, "'") {
+		m := literalDefault.FindStringSubmatch(expr)
+		if m == nil {
+			return "", false // Matcher.group after a failed find throws: no default
+		}
+		return m[1], true
+	}
+	if strings.HasPrefix(expr, "NULL::") {
+		return "", false
+	}
+	return expr, true
+}
+
+// columnDefault is the value Debezium puts into a column's schema as its
+// default for the DEFAULT expression expr, or nil for none (no default, a
+// NULL default, or one Debezium cannot parse).
+func columnDefault(c *decoder.Column, s *schema, expr string) any {
+	if expr == "" {
+		return nil
+	}
+	switch c.TypeOID {
+	case oidBool, oidInt2, oidInt4, oidInt8, oidUUID, oidTimestamp, oidTimestamptz:
+		expr = strings.TrimFunc(expr, func(r rune) bool { return r <= ' ' })
+		if strings.HasPrefix(expr, "NULL::") && c.TypeOID != oidUUID && c.TypeOID != oidTimestamp && c.TypeOID != oidTimestamptz {
+			return nil
+		}
+	}
+	placeholder := map[uint32]string{
+		oidBool: "false", oidInt2: "0", oidInt4: "0", oidInt8: "0", oidJSON: "{}", oidJSONB: "{}",
+		oidUUID: "00000000-0000-0000-0000-000000000000", oidTimestamp: "1970-01-01", oidTimestamptz: "1970-01-01",
+	}[c.TypeOID]
+	switch c.TypeOID {
+	case oidText, oidVarchar, oidBpchar, oidJSON, oidJSONB, oidBool, oidInt2, oidInt4, oidInt8, oidUUID,
+		oidTimestamp, oidTimestamptz:
+	default:
+		return nil // no mapper for the type (bytea, name): no default
+	}
+	text, ok := extractDefault(expr, placeholder)
+	if !ok {
+		return nil
+	}
+	switch c.TypeOID {
+	case oidBool:
+		return strings.EqualFold(text, "true")
+	case oidInt2:
+		n, err := strconv.ParseInt(text, 10, 16)
+		if err != nil {
+			return nil
+		}
+		return int16(n)
+	case oidInt4:
+		n, err := strconv.ParseInt(text, 10, 32)
+		if err != nil {
+			return nil
+		}
+		return int32(n)
+	case oidInt8:
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil {
+			return nil
+		}
+		return n
+	case oidUUID:
+		if !uuidText.MatchString(text) {
+			return nil
+		}
+		return strings.ToLower(text)
+	case oidTimestamp, oidTimestamptz:
+		t, err := parseDefaultTimestamp(text)
+		if err != nil {
+			return nil
+		}
+		if c.TypeOID == oidTimestamptz {
+			return zonedTimestamp(t, c.TypeModifier)
+		}
+		if s.name == nameTimestamp {
+			return t.UnixMilli()
+		}
+		return t.UnixMicro()
+	}
+	return text
+}
+
+var uuidText = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// parseDefaultTimestamp reads a timestamp default literal ("1970-01-01",
+// "2020-01-02 03:04:05.6", with or without an offset) as UTC unless it
+// carries an offset.
+func parseDefaultTimestamp(text string) (time.Time, error) {
+	for _, layout := range []string{"2006-01-02", "2006-01-02 15:04:05.999999999", "2006-01-02 15:04:05.999999999-07",
+		"2006-01-02 15:04:05.999999999-07:00", "2006-01-02T15:04:05.999999999Z07:00"} {
+		if t, err := time.Parse(layout, text); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("timestamp default %q not understood", text)
 }

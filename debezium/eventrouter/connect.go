@@ -47,6 +47,13 @@ type schema struct {
 	version  int    // 0 for none
 	fields   []field
 	items    *schema // array element schema
+	// def is the default value (a column's DEFAULT as Debezium parsed
+	// it); nil for none. Struct.get returns it for a null field.
+	def any
+
+	// jsonMemo is appendSchemaJSON's output, kept since schemas are not
+	// modified once a record used them and column schemas serve every row.
+	jsonMemo []byte
 }
 
 type field struct {
@@ -71,7 +78,7 @@ func (a *schema) equal(b *schema) bool {
 		return true
 	}
 	if a == nil || b == nil || a.typ != b.typ || a.optional != b.optional ||
-		a.name != b.name || a.version != b.version || len(a.fields) != len(b.fields) {
+		a.name != b.name || a.version != b.version || len(a.fields) != len(b.fields) || a.def != b.def {
 		return false
 	}
 	for i := range a.fields {
@@ -126,6 +133,13 @@ func appendJSONEnvelope(dst []byte, s *schema, v any) ([]byte, error) {
 // items, optional, name, version (doc, parameters and default are never set
 // by the schemas this package builds).
 func appendSchemaJSON(dst []byte, s *schema) []byte {
+	if s.jsonMemo == nil {
+		s.jsonMemo = buildSchemaJSON(nil, s)
+	}
+	return append(dst, s.jsonMemo...)
+}
+
+func buildSchemaJSON(dst []byte, s *schema) []byte {
 	dst = append(dst, `{"type":"`...)
 	dst = append(dst, s.typ.String()...)
 	dst = append(dst, '"')
@@ -157,11 +171,18 @@ func appendSchemaJSON(dst []byte, s *schema) []byte {
 		dst = append(dst, `,"version":`...)
 		dst = strconv.AppendInt(dst, int64(s.version), 10)
 	}
+	if s.def != nil {
+		dst = append(dst, `,"default":`...)
+		dst, _ = appendValueJSON(dst, s, s.def) // a default always fits its schema
+	}
 	return append(dst, '}')
 }
 
 // appendValueJSON writes JsonConverter.convertToJson(schema, value).
 func appendValueJSON(dst []byte, s *schema, v any) ([]byte, error) {
+	if v == nil && s != nil && s.def != nil {
+		v = s.def // replace.null.with.default=true, Kafka's default
+	}
 	if v == nil {
 		if s != nil && !s.optional {
 			return dst, errConversionf("null value for field that is required and has no default value")

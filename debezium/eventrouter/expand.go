@@ -329,6 +329,14 @@ var (
 	optBytes   = &schema{typ: kBytes, optional: true}
 )
 
+// The shared schemas are serialized once here, so that Routers in several
+// goroutines only ever read their memo.
+func init() {
+	for _, s := range []*schema{optString, optBool, optInt32, optInt64, optFloat64, optBytes} {
+		appendSchemaJSON(nil, s)
+	}
+}
+
 // errExpand means Debezium's schema inference threw; the payload stays the
 // string it was.
 var errExpand = errors.New("JSON expansion failed")

@@ -248,17 +248,20 @@ func (r *Router) bind(rel *decoder.Relation) *binding {
 	info := r.cfg.Columns[rel.QualifiedName()]
 	for i := range rel.Columns {
 		c := &rel.Columns[i]
-		notNull := c.Key
+		notNull, def := c.Key, ""
 		if info != nil {
 			notNull = false
 			for _, ci := range info {
 				if ci.Name == c.Name {
-					notNull = ci.NotNull
+					notNull, def = ci.NotNull, ci.Default
 					break
 				}
 			}
 		}
 		b.schemas[i], b.typeErrs[i] = columnSchema(c, !notNull)
+		if b.schemas[i] != nil {
+			b.schemas[i].def = columnDefault(c, b.schemas[i], def)
+		}
 	}
 	if len(r.binds) >= 256 {
 		clear(r.binds)
@@ -309,6 +312,9 @@ func (r *Router) get(ins *decoder.Insert, b *binding, i int, key, column string)
 	v, err := columnValue(&ins.Relation.Columns[i], b.schemas[i], &ins.Values[i])
 	if err != nil {
 		return nil, nil, rowErr(column, "%s: %v", key, err)
+	}
+	if v == nil {
+		v = b.schemas[i].def // Struct.get: a null field reads as its default
 	}
 	return b.schemas[i], v, nil
 }

@@ -1,6 +1,7 @@
 package eventrouter
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -460,5 +461,50 @@ func TestRunIDIsUUIDv7(t *testing.T) {
 	id := newUUIDv7(time.UnixMilli(0x0197ad847a0d))
 	if len(id) != 36 || !strings.HasPrefix(id, "0197ad84-7a0d-7") || !strings.ContainsAny(id[19:20], "89ab") {
 		t.Fatalf("id %q is not a UUIDv7 for the time", id)
+	}
+}
+
+// TestEnvelopeSchemaNameSticks reproduces Debezium's payload schema cache:
+// the envelope value schema is built once per payload schema, named after
+// the route-by value of the first row that needed it, and reused for later
+// rows routed elsewhere. The cache lives as long as the Router, as
+// Debezium's lives as long as its task: a restart (a new Router) names the
+// schema after the first row it sees.
+func TestEnvelopeSchemaNameSticks(t *testing.T) {
+	cfg := testConfig(func(c *Config) {
+		c.AdditionalPlacement = []Placement{{Column: "type", Location: "envelope"}}
+		c.ValueConverter = ConverterConfig{Kind: JSONConverter, SchemasEnable: true}
+	})
+	route := func(r *Router, aggType string) string {
+		cols := canonical(str("{}"))
+		cols[1].value = str(aggType)
+		got, err := r.Route(insert(cols))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Schema struct{ Name string }
+		}
+		if err := json.Unmarshal(got.Record.Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Schema.Name
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := route(r, "order"); got != "dbserver1.public.outbox.order.Value" {
+		t.Fatalf("first row: schema %q", got)
+	}
+	if got := route(r, "shipment"); got != "dbserver1.public.outbox.order.Value" {
+		t.Fatalf("second row: schema %q, want the first row's", got)
+	}
+	restarted, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := route(restarted, "shipment"); got != "dbserver1.public.outbox.shipment.Value" {
+		t.Fatalf("after a restart: schema %q", got)
 	}
 }

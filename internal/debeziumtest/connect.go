@@ -66,7 +66,7 @@ const defaultStartTimeout = 4 * time.Minute
 
 // Start resolves the classpath, writes the worker and connector
 // properties, starts Connect standalone and waits until the connector's
-// task is RUNNING (see WaitRunning) or ctx ends. On error nothing is left
+// task is RUNNING and its slot streaming (see WaitRunning) or ctx ends. On error nothing is left
 // running, a directory Start created is removed, and the error carries the
 // end of Connect's log.
 func Start(ctx context.Context, opts Options) (*Connect, error) {
@@ -104,6 +104,8 @@ func Start(ctx context.Context, opts Options) (*Connect, error) {
 			return nil, fmt.Errorf("debeziumtest: %w", err)
 		}
 		c.ownDir = true
+	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("debeziumtest: Options.Dir: %w", err)
 	}
 	c.workerPath = filepath.Join(c.dir, "worker.properties")
 	c.connectorPath = filepath.Join(c.dir, "connector.properties")
@@ -111,7 +113,7 @@ func Start(ctx context.Context, opts Options) (*Connect, error) {
 	c.logPath = filepath.Join(c.dir, "connect.log")
 	c.jvmLogPath = filepath.Join(c.dir, "jvm.log")
 	c.offsetsPath = filepath.Join(c.dir, "offsets.dat")
-	c.connector = merge(DefaultConnectorProperties(c.name, opts.PG), opts.Connector)
+	c.connector = opts.ConnectorProperties()
 
 	var startErr error
 	for range maxPortAttempts {
@@ -205,9 +207,10 @@ func (c *Connect) startLocked(ctx context.Context) error {
 }
 
 // WaitRunning polls Connect's REST API until the connector and its task
-// report RUNNING, the task FAILED (the error carries Connect's trace), the
-// JVM exited, or ctx ends. Start calls it; call it again after Restart's
-// caller changed something under the connector.
+// report RUNNING and then Postgres until a walsender streams the
+// connector's slot (from then on every committed row is streamed), or
+// until the task FAILED (the error carries Connect's trace), the JVM
+// exited, or ctx ends. Start and Restart call it.
 func (c *Connect) WaitRunning(ctx context.Context) error {
 	c.mu.Lock()
 	jvm := c.jvm
@@ -243,20 +246,21 @@ func (c *Connect) waitRunning(ctx context.Context, jvm *kafkatest.JVM) error {
 		switch {
 		case err != nil:
 			last = err.Error()
-		case st.Connector.State == "FAILED":
-			return fmt.Errorf("connector %s FAILED: %s", c.name, firstLines(st.Connector.Trace, 15))
-		case len(st.Tasks) > 0 && st.Tasks[0].State == "FAILED":
-			return fmt.Errorf("task %s-%d FAILED: %s", c.name, st.Tasks[0].ID, firstLines(st.Tasks[0].Trace, 15))
+		case st.failure(c.name) != nil:
+			return st.failure(c.name)
 		case st.Connector.State == "RUNNING" && len(st.Tasks) > 0 && st.Tasks[0].State == "RUNNING":
-			// Connect reports RUNNING once the task's start returned, and
-			// Debezium's creates the slot there; check it, since every
-			// test relies on it: a row committed before the slot exists
-			// is never streamed.
-			ok, err := c.slotExists(ctx)
+			// Connect reports RUNNING once the task's start returned,
+			// which created the publication and the slot; Debezium then
+			// picks its starting position and starts streaming in a
+			// thread of its own. Wait for the slot's walsender to stream:
+			// a row committed before that may lie before the position
+			// Debezium starts from, and every test relies on a row
+			// committed after Start being streamed.
+			ok, err := c.slotStreaming(ctx)
 			if err == nil && ok {
 				return nil
 			}
-			last = fmt.Sprintf("task RUNNING, slot %q not there yet (%v)", c.connector["slot.name"], err)
+			last = fmt.Sprintf("task RUNNING, slot %q not streaming yet (%v)", c.connector["slot.name"], err)
 		default:
 			last = fmt.Sprintf("connector %s, %d tasks", st.Connector.State, len(st.Tasks))
 			if len(st.Tasks) > 0 {
@@ -271,6 +275,46 @@ func (c *Connect) waitRunning(ctx context.Context, jvm *kafkatest.JVM) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// Check returns nil while the Connect JVM runs and neither the connector
+// nor its task is FAILED, and otherwise an error naming what failed, with
+// Connect's trace or the end of its log. A failed task stays FAILED in
+// standalone mode (nothing restarts it), so a caller waiting for records
+// should Check now and then rather than wait for its deadline.
+func (c *Connect) Check(ctx context.Context) error {
+	c.mu.Lock()
+	jvm := c.jvm
+	c.mu.Unlock()
+	if jvm == nil {
+		return fmt.Errorf("debeziumtest: Connect is not running")
+	}
+	select {
+	case <-jvm.Done():
+		return fmt.Errorf("debeziumtest: the Connect JVM exited (%v)\n--- Connect log (%s) ---\n%s", jvm.Err(), c.logPath, c.LogTail(30))
+	default:
+	}
+	url := "http://" + c.restAddr + "/connectors/" + c.name + "/status"
+	st, err := c.status(ctx, &http.Client{Timeout: 3 * time.Second}, url)
+	if err != nil {
+		return fmt.Errorf("debeziumtest: %w", err)
+	}
+	if err := st.failure(c.name); err != nil {
+		return fmt.Errorf("debeziumtest: %w", err)
+	}
+	return nil
+}
+
+// failure returns an error with Connect's trace if the connector or its
+// first task FAILED, else nil.
+func (st connectorStatus) failure(name string) error {
+	switch {
+	case st.Connector.State == "FAILED":
+		return fmt.Errorf("connector %s FAILED: %s", name, firstLines(st.Connector.Trace, 15))
+	case len(st.Tasks) > 0 && st.Tasks[0].State == "FAILED":
+		return fmt.Errorf("task %s-%d FAILED: %s", name, st.Tasks[0].ID, firstLines(st.Tasks[0].Trace, 15))
+	}
+	return nil
 }
 
 func (c *Connect) status(ctx context.Context, client *http.Client, url string) (connectorStatus, error) {
@@ -443,8 +487,11 @@ func (c *Connect) LogTail(n int) string {
 	return kafkatest.Tail(b, n)
 }
 
-// slotExists reports whether the connector's replication slot exists.
-func (c *Connect) slotExists(ctx context.Context) (bool, error) {
+// slotStreaming reports whether a walsender streams the connector's slot
+// (state catchup or streaming: a backlog keeps it in catchup). It needs a
+// user that may see pg_stat_replication's state, as the tests' superuser
+// does.
+func (c *Connect) slotStreaming(ctx context.Context) (bool, error) {
 	cfg, err := pgx.ParseConfig("")
 	if err != nil {
 		return false, err
@@ -466,7 +513,10 @@ func (c *Connect) slotExists(ctx context.Context) (bool, error) {
 	}
 	defer conn.Close(context.Background())
 	var ok bool
-	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+	err = conn.QueryRow(ctx, `
+SELECT EXISTS (
+    SELECT 1 FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+    WHERE s.slot_name = $1 AND r.state IN ('catchup', 'streaming'))`,
 		c.connector["slot.name"]).Scan(&ok)
 	return ok, err
 }

@@ -13,8 +13,10 @@
 // over DefaultConnectorProperties, so a comparison test can hand the same
 // file to walbox's --debezium-config), starts the JVM in its own process
 // group with a parent-death signal, and waits until the connector's task is
-// RUNNING according to Connect's REST API. Stop ends it gracefully (Connect
-// flushes source offsets on the way out); Kill crashes it.
+// RUNNING according to Connect's REST API and a walsender streams its slot,
+// so that every row committed after Start returns is streamed. Stop ends it
+// gracefully (Connect flushes source offsets on the way out); Kill crashes
+// it, and a Restart then resends what was not flushed.
 //
 // Tests call StartT: where java or mvn are missing the test is skipped,
 // unless WALBOX_REQUIRE_INTEGRATION=1 (CI), which makes it fail.

@@ -35,8 +35,9 @@ type Options struct {
 	// as a user would, with a larger heap and the full JIT.
 	JVMArgs []string
 
-	// Dir holds the properties, the offsets file and the logs. Empty means
-	// a new temporary directory, removed by Close.
+	// Dir holds the properties, the offsets file and the logs; Start
+	// creates it if needed and Close leaves it. Empty means a new temporary
+	// directory, removed by Close.
 	Dir string
 
 	// Java, Maven, Pom and CacheDir locate the tools and jars. Empty means
@@ -87,4 +88,11 @@ func (o Options) name() string {
 		return DefaultName
 	}
 	return o.Name
+}
+
+// ConnectorProperties returns the connector properties Start writes for o:
+// DefaultConnectorProperties merged with o.Connector. A test can hand them
+// to walbox (--debezium-config) before or without starting Connect.
+func (o Options) ConnectorProperties() map[string]string {
+	return merge(DefaultConnectorProperties(o.name(), o.PG), o.Connector)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/internal/debeziumtest"
-	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/pgtest"
 )
 
@@ -30,12 +29,12 @@ CREATE TABLE public.outbox (
 // Outbox Event Router) between a real Postgres and a real broker: outbox
 // rows come out on outbox.event.<aggregatetype> keyed by aggregateid, with
 // the payload as value and the event id in the `id` header, and a graceful
-// Stop leaves the flushed offsets in the offsets file.
+// Stop writes the offsets file (the periodic flush is out of reach).
 func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv := pgtest.Start(t)
-	broker := kafkatest.Start(t)
+	srv := sharedPG.Server(t)
+	broker := sharedKafka.Broker(t)
 	db := pgtest.NewDatabase(t, srv)
 	conn, err := pgx.Connect(ctx, srv.DSN(db))
 	if err != nil {
@@ -50,6 +49,11 @@ func TestSmoke(t *testing.T) {
 	c := debeziumtest.StartT(t, debeziumtest.Options{
 		Bootstrap: broker.Addr(),
 		PG:        debeziumtest.PG{Port: srv.Port(), DBName: db},
+		Name:      "smoke",
+		Connector: map[string]string{"slot.name": "smoke", "publication.name": "smoke"},
+		// No periodic flush within the test: the offsets file can only
+		// come from the graceful Stop.
+		Worker: map[string]string{"offset.flush.interval.ms": "600000"},
 	})
 	t.Logf("Connect with Debezium RUNNING %v after Start (classpath resolution included)", time.Since(start).Round(time.Millisecond))
 	if got := c.ConnectorProperties()["database.dbname"]; got != db {
