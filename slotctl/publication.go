@@ -65,7 +65,8 @@ ORDER BY 1, 2`, name)
 }
 
 // EnsurePublication makes sure cfg's publication publishes the inserts of
-// cfg's table and nothing else that walbox would receive. A missing
+// cfg's outbox tables (one or several) and, unless cfg.OtherTablesOK,
+// nothing else that walbox would receive. A missing
 // publication is created when cfg.CreateMissing or cfg.CreateOnFirstStart
 // (see CreatePublication), else ErrPublicationNotFound; but never while
 // cfg's slot exists: that is ErrPublicationNotFound advising a new
@@ -340,7 +341,7 @@ WHERE pr.prpubid = $1 AND pr.prrelid = $2`, pubOID, tableOID).Scan(&filtered, &c
 	return filtered, columns, nil
 }
 
-// CreatePublication creates cfg's publication for cfg's table, publishing
+// CreatePublication creates cfg's publication for cfg's tables, publishing
 // inserts only (and via the root for a partitioned table):
 //
 //	CREATE PUBLICATION "walbox" FOR TABLE "public"."outbox" WITH (publish = 'insert');
