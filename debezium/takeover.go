@@ -36,17 +36,24 @@ type Plan struct {
 	// when found on the slot, else 0.
 	LastTxEnd pglogrepl.LSN
 	// Resent counts the events of that transaction Debezium had already
-	// sent and recorded, which walbox sends again because it can only
-	// start at a transaction boundary; -1 when unknown.
+	// sent and recorded that walbox sends again; -1 when unknown (the
+	// transaction was not found, so it is sent whole).
 	Resent int
+	// SkipXID and SkipUpTo, when SkipXID is not 0, name the events walbox
+	// must not send again although it streams their transaction: the
+	// inserts of transaction SkipXID at or before SkipUpTo, which Debezium
+	// had sent before it stopped inside that transaction. Skipped counts
+	// them.
+	SkipXID  uint32
+	SkipUpTo pglogrepl.LSN
+	Skipped  int
 	// Why says in a sentence how Start was chosen.
 	Why string
 }
 
 // PlanTakeover decides where walbox starts on Debezium's slot so that
 // every event committed after Debezium's stored offset is sent, and none
-// that the offset says Debezium sent before, except, when Debezium stopped
-// inside a transaction, the part of that transaction it had sent.
+// that the offset says Debezium sent before.
 //
 // Debezium confirms on the slot the lsn_commit of the offset Connect has
 // stored (lsn_proc when there is none), so the slot's confirmed_flush_lsn
@@ -56,7 +63,11 @@ type Plan struct {
 // that transaction's commit record), is skipped too when every outbox
 // insert of it is at or before the offset's lsn (Debezium sent it whole);
 // this is found by peeking at the slot (pg_logical_slot_peek_binary_changes:
-// nothing is consumed, the slot does not move).
+// nothing is consumed, the slot does not move). When Debezium stopped
+// inside that transaction, walbox streams it and Plan.SkipXID/SkipUpTo name
+// the inserts of it not to send again (walbox starts streaming only at
+// transaction boundaries). When it is not found within the next 100,000
+// changes, it is sent whole.
 //
 // The zero Offset means none is stored: walbox then starts at the slot's
 // confirmed position, as Debezium would.
@@ -122,9 +133,10 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 		p.Why = fmt.Sprintf("Debezium sent its last transaction %d whole (its last outbox insert %s is at or before the offset's lsn %s), so walbox starts after its end %s",
 			off.TxID, last.maxInsert, off.LSN, last.end)
 	default:
-		p.LastTxEnd, p.Resent = last.end, last.sent
-		p.Why += fmt.Sprintf("; Debezium stopped inside transaction %d (%d of its %d outbox events sent), which walbox sends whole, so those %d are sent again",
-			off.TxID, last.sent, last.inserts, last.sent)
+		p.LastTxEnd, p.Resent = last.end, 0
+		p.SkipXID, p.SkipUpTo, p.Skipped = uint32(off.TxID), off.LSN, last.sent
+		p.Why += fmt.Sprintf("; Debezium stopped inside transaction %d (%d of its %d outbox events sent): walbox streams it and skips those %d (inserts at or before %s)",
+			off.TxID, last.sent, last.inserts, last.sent, off.LSN)
 	}
 	return p, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/debezium"
+	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -94,17 +95,34 @@ func migrateMain(args []string, getenv func(string) string, stdout, stderr io.Wr
 		printPlan(stdout, cfg, tr, src, plan)
 		return exitOK
 	}
-	err = runRelayWith(ctx, cfg, log, runOptions{start: func(ctx context.Context, slot slotctl.SlotInfo) (pglogrepl.LSN, error) {
-		// Planned again now that the slot is set up: nothing else may have
-		// moved it in between, and if something did, the plan says so.
-		p, err := planTakeover(ctx, cfg, tr, src, log)
-		if err != nil {
-			return 0, err
-		}
-		log.Info("taking over Debezium's slot", "slot", cfg.Slot, "offset_lsn", p.Offset.LSN.String(), "offset_lsn_commit", p.Offset.LSNCommit.String(),
-			"slot_confirmed_lsn", p.SlotConfirmed.String(), "start_lsn", p.Start.String(), "resent_events", p.Resent, "why", p.Why)
-		return max(p.Start, slot.ConfirmedFlushLSN), nil
-	}})
+	var skipper *sentSkipper
+	err = runRelayWith(ctx, cfg, log, runOptions{
+		start: func(ctx context.Context, slot slotctl.SlotInfo) (pglogrepl.LSN, error) {
+			// Planned again now that the slot is set up: nothing else may
+			// have moved it in between, and if something did, the plan
+			// says so.
+			p, err := planTakeover(ctx, cfg, tr, src, log)
+			if err != nil {
+				return 0, err
+			}
+			log.Info("taking over Debezium's slot", "slot", cfg.Slot, "offset_lsn", p.Offset.LSN.String(), "offset_lsn_commit", p.Offset.LSNCommit.String(),
+				"offset_txid", p.Offset.TxID, "slot_confirmed_lsn", p.SlotConfirmed.String(), "start_lsn", p.Start.String(),
+				"resent_events", p.Resent, "skipped_events", p.Skipped, "why", p.Why)
+			if p.SkipXID != 0 {
+				skipper = newSentSkipper(p.SkipXID, p.SkipUpTo)
+			}
+			return max(p.Start, slot.ConfirmedFlushLSN), nil
+		},
+		wrap: func(rt pipeline.Router, p pipeline.Producer) (pipeline.Router, pipeline.Producer) {
+			if skipper == nil {
+				return rt, p
+			}
+			return skipRouter{rt, skipper}, skipProducer{p, skipper}
+		},
+	})
+	if skipper != nil {
+		log.Info("events of Debezium's last transaction that it had sent were not sent again", "skipped", skipper.Skipped())
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "walbox: %v\n", oneLine(err))
 		if errors.Is(err, debezium.ErrTakeover) {
@@ -224,6 +242,9 @@ func printPlan(w io.Writer, cfg config.Config, tr *debezium.Translation, src off
 	fmt.Fprintf(w, "stored offset: lsn %s, lsn_proc %s, lsn_commit %s, txId %d\n", p.Offset.LSN, p.Offset.LSNProc, p.Offset.LSNCommit, p.Offset.TxID)
 	fmt.Fprintf(w, "slot %s: confirmed_flush_lsn %s\n", cfg.Slot, p.SlotConfirmed)
 	fmt.Fprintf(w, "walbox starts at %s: %s\n", p.Start, p.Why)
+	if p.Skipped > 0 {
+		fmt.Fprintf(w, "events of transaction %d that Debezium had sent, streamed but not sent again: %d\n", p.SkipXID, p.Skipped)
+	}
 	if p.Resent >= 0 {
 		fmt.Fprintf(w, "events Debezium had sent that are sent again: %d (plus any it sent after storing the offset)\n", p.Resent)
 	}

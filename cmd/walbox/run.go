@@ -35,6 +35,9 @@ type runOptions struct {
 	// start, when set, is called once the slot is set up and returns where
 	// streaming starts (at least the slot's confirmed position).
 	start func(ctx context.Context, slot slotctl.SlotInfo) (pglogrepl.LSN, error)
+	// wrap, when set, is called after start and may wrap the router and
+	// the producer the relay uses.
+	wrap func(rt pipeline.Router, p pipeline.Producer) (pipeline.Router, pipeline.Producer)
 }
 
 func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts runOptions) (err error) {
@@ -119,7 +122,11 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if hb != nil {
 		pcfg.OnHeartbeat = hb.Seen
 	}
-	relay, err = pipeline.New(pcfg, kcl, rt, reg, log)
+	var producer pipeline.Producer = kcl
+	if opts.wrap != nil {
+		rt, producer = opts.wrap(rt, producer)
+	}
+	relay, err = pipeline.New(pcfg, producer, rt, reg, log)
 	if err != nil {
 		return err
 	}
