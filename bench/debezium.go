@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -162,18 +163,24 @@ func (d *debeziumRelay) Start(ctx context.Context) error {
 	if _, err := d.env.CreateSlot(ctx, d.slot); err != nil {
 		return err
 	}
+	// An offsets file of an earlier benchmark (another server, other
+	// LSNs) would make Debezium skip or refuse this run's events.
+	if err := os.RemoveAll(d.dir); err != nil {
+		return fmt.Errorf("debezium: %w", err)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	c, err := debeziumtest.Start(sctx, debeziumOptions(d.env.Brokers[0], d.env.PG.Port(), d.slot, d.prefix, d.dir))
 	if err != nil {
 		return fmt.Errorf("debezium: %w", err)
 	}
-	d.c = c
-	d.readyAt = time.Now()
-	if d.cpu0, err = processCPU(c.PID()); err != nil {
+	readyAt := time.Now()
+	cpu0, err := processCPU(c.PID())
+	if err != nil {
 		_ = c.Close()
 		return fmt.Errorf("debezium: %w", err)
 	}
+	d.c, d.readyAt, d.cpu0 = c, readyAt, cpu0
 	wctx, stop := context.WithCancel(context.Background())
 	d.stop = stop
 	d.wg.Add(1)

@@ -54,6 +54,9 @@ type dbzCase struct {
 	// tables is how many outbox tables of the same shape the connector
 	// covers (table.include.list); row i goes to table i mod tables.
 	tables int
+	// unrouted are route-by values route.topic.regex does not match: their
+	// records go to the value itself as topic, for both sides.
+	unrouted []string
 	// failing is how many of the last rows Debezium fails its task on;
 	// walbox must stop on the first of them with an invalid-row error, and
 	// neither side produces a record for them.
@@ -113,6 +116,9 @@ func dbzCases() []dbzCase {
 		"transforms.outbox.route.topic.regex": "(?<routedByValue>[A-Za-z]+)Created",
 	})
 	byType.routed = []string{"Order", "Customer"}
+	byType.rows = append(slices.Clip(byType.rows),
+		`('00000000-0000-4000-8000-000000000008', 'order', 'order-9', 'raw_canon_str', '{"unrouted": true}')`)
+	byType.unrouted = []string{"raw_canon_str"}
 	return []dbzCase{
 		byType,
 		canonical("canon_json", map[string]string{
@@ -224,6 +230,23 @@ func dbzCases() []dbzCase {
 			},
 			routed:         []string{"order"},
 			exactTimestamp: true,
+		},
+		{
+			// json (not jsonb) keeps the text as written: whitespace, key
+			// order, repeated keys, escapes.
+			name:    "json_expand",
+			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL, type varchar(255), payload json`,
+			props: map[string]string{
+				"key.converter": jsonConv, "value.converter": jsonConv,
+				"transforms.outbox.table.expand.json.payload": "true",
+			},
+			insert: canonicalInsert,
+			rows: []string{
+				`('00000000-0000-4000-8000-000000000701', 'order', 'o-1', 'T', '{ "b" : 1, "a": [ 1 , 2 ], "b": "again", "e": "\ud83d\ude00 😀 \u00e9" }')`,
+				`('00000000-0000-4000-8000-000000000702', 'order', 'o-1', 'T', '{"n": 1.0, "m": -0, "k": 1E+2, "big": 9223372036854775807}')`,
+				`('00000000-0000-4000-8000-000000000703', 'order', 'o-2', 'T', ' {"leading": "space"}')`,
+			},
+			routed: []string{"order"},
 		},
 		{
 			// Nothing NOT NULL: null event id and key, JSON schemas optional.
@@ -410,9 +433,14 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	// Every topic up front, three partitions each, so both sides hash keys
 	// over the same partition count and the reader knows what to read.
 	var topics []string
+	unroutedCase := map[string]string{} // topic → case
 	for _, c := range cases {
 		for _, r := range c.routed {
 			topics = append(topics, c.topic("dbz", r), c.topic("wb", r))
+		}
+		for _, u := range c.unrouted {
+			topics = append(topics, u)
+			unroutedCase[u] = c.name
 		}
 	}
 	adm, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...))
@@ -468,6 +496,14 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 	for _, r := range got {
 		side, rest, _ := strings.Cut(r.Topic, ".")
 		cas, _, _ := strings.Cut(rest, ".")
+		if c, ok := unroutedCase[r.Topic]; ok {
+			// Both sides write to the route-by value; walbox's records
+			// carry the test's run id.
+			side, cas = "dbz", c
+			if dbzHeader(r, eventrouter.HeaderRunID) == dbzRunID {
+				side = "wb"
+			}
+		}
 		k := recKey{side, cas, dbzHeader(r, "id")}
 		if byKey[k] != nil {
 			t.Errorf("two records for %v", k)

@@ -46,7 +46,7 @@ type Config struct {
 	EventIDColumn        string // table.field.event.id, "id"
 	EventKeyColumn       string // table.field.event.key, "aggregateid"
 	PayloadColumn        string // table.field.event.payload, "payload"
-	EventTimestampColumn string // table.field.event.timestamp, "" (commit time)
+	EventTimestampColumn string // table.field.event.timestamp, "" (the processing time: Debezium's envelope ts_ms)
 	RouteByColumn        string // route.by.field, "aggregatetype"
 	TopicRegex           string // route.topic.regex, "(?<routedByValue>.*)"
 	TopicReplacement     string // route.topic.replacement, "outbox.event.${routedByValue}"
@@ -58,14 +58,18 @@ type Config struct {
 
 	AdditionalPlacement []Placement // table.fields.additional.placement
 
-	TracingSpanContextColumn    string // tracing.span.context.field, "tracingspancontext"
-	TracingWithContextFieldOnly bool   // tracing.with.context.field.only, false
+	// tracing.span.context.field ("tracingspancontext") and
+	// tracing.with.context.field.only (false). They change nothing in the
+	// record: Debezium injects a trace header only with an OpenTelemetry
+	// SDK or agent on Connect's classpath, and then with a fresh span id.
+	TracingSpanContextColumn    string
+	TracingWithContextFieldOnly bool
 
 	// ExtendedHeaders is extended.headers.enabled (true): the connector
 	// adds __debezium.context.* headers to every record.
 	ExtendedHeaders bool
 	LogicalName     string // topic.prefix (required by Debezium)
-	ConnectorName   string // name
+	ConnectorName   string // name (not a header: __debezium.context.connectorName is the plugin name)
 	TaskID          string // "0": the Postgres connector runs one task
 
 	KeyConverter   ConverterConfig // key.converter
