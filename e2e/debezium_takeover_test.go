@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/debezium"
 	"github.com/walbox/walbox/internal/debeziumtest"
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/logbuf"
@@ -115,6 +116,11 @@ func runTakeover(t *testing.T, kill bool) {
 		t.Fatal(err)
 	}
 	t.Logf("takeover plan:\n%s", out)
+	if !kill {
+		// A distributed Connect cluster keeps the same entries in its
+		// offsets topic: the plan read from there is the same.
+		checkOffsetsTopicPlan(ctx, t, broker.Addrs(), env, c.OffsetsFile(), out)
+	}
 	// Debezium stopped inside a transaction: the inserts of it up to the
 	// offset's lsn are streamed but not sent again.
 	var skip skipped
@@ -420,4 +426,40 @@ func distinctIDs(col *collector) int {
 		seen[r.Headers["id"]] = true
 	}
 	return len(seen)
+}
+
+// checkOffsetsTopicPlan writes the entries of the standalone offsets file
+// to an offsets topic, as a distributed Connect cluster stores them, and
+// checks that migrate-from-debezium --debezium-offsets-topic plans the same
+// start as from the file.
+func checkOffsetsTopicPlan(ctx context.Context, t *testing.T, brokers, env []string, offsetsFile, filePlan string) {
+	t.Helper()
+	entries, err := debezium.ReadOffsetsFile(offsetsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("connect-offsets"), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, e := range entries {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: e[0], Value: e[1]}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runWalboxCmd(t, env, "migrate-from-debezium", "--dry-run", "--debezium-offsets-topic", "connect-offsets")
+	if err != nil {
+		t.Fatalf("dry run from the offsets topic: %v\n%s", err, out)
+	}
+	line := func(s string) string {
+		i := strings.Index(s, "walbox starts at ")
+		if i < 0 {
+			return ""
+		}
+		return strings.SplitN(s[i:], "\n", 2)[0]
+	}
+	if got, want := line(out), line(filePlan); got == "" || got != want {
+		t.Errorf("plan from the offsets topic %q, from the file %q", got, want)
+	}
 }
