@@ -156,6 +156,18 @@ type Config struct {
 	// HeartbeatInterval is how often a heartbeat message is emitted and the
 	// slot's lag read; 0 disables. Default 10s.
 	HeartbeatInterval time.Duration
+
+	// DebeziumConfig is a Kafka Connect configuration (.properties or
+	// REST JSON) of Debezium's Postgres connector with the outbox
+	// EventRouter; when set, walbox runs in Debezium mode: its records are
+	// Debezium's, and the file gives the options it maps (see
+	// debezium.Translate) unless a flag, environment variable or the YAML
+	// file sets them explicitly. Default "".
+	DebeziumConfig string
+	// DebeziumWorkerConfig is the Connect worker's .properties
+	// (bootstrap.servers, converters, producer.*); only with
+	// DebeziumConfig. Default "".
+	DebeziumWorkerConfig string
 }
 
 // ReplaySlotName returns the trailing slot's name: ReplaySlot, or

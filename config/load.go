@@ -155,6 +155,9 @@ func (cmd Command) load(args []string, getenv func(string) string) (Config, map[
 		}
 	}
 
+	if used(debeziumConfigOption()) {
+		errs = append(errs, applyDebezium(&c, where, set)...)
+	}
 	c.PGDSN = withoutReplication(c.PGDSN)
 	errs = append(errs, c.problems(failed, use, where)...)
 	return c, where, failed, errors.Join(errs...)

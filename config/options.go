@@ -94,11 +94,11 @@ var options = []*option{
 	},
 	{
 		flag: "table", env: "WALBOX_TABLE", yaml: "table", group: groupPostgres,
-		help:    "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog",
+		help:    "Outbox table as schema.table, unquoted and case-sensitive as stored in the catalog; several, comma-separated, share the publication and slot",
 		value:   stringValue("NAME", func(c *Config) *string { return &c.Table }),
 		slotctl: func(c *Config, s *slotctl.Config) { s.Table = c.Table },
-		// The relay routes only the outbox table's inserts.
-		pipeline: func(c *Config, p *pipeline.Config) { p.Tables = []string{cmp.Or(c.Table, slotctl.DefaultTable)} },
+		// The relay routes only the outbox tables' inserts.
+		pipeline: func(c *Config, p *pipeline.Config) { p.Tables = splitList(cmp.Or(c.Table, slotctl.DefaultTable)) },
 	},
 	{
 		flag: "publication", env: "WALBOX_PUBLICATION", yaml: "publication", group: groupPostgres,
@@ -366,7 +366,12 @@ var options = []*option{
 		help: "When walbox creates the slot, also send the outbox rows committed before it, read in the slot's exported snapshot: " +
 			"none, pending (the rows --snapshot-where selects) or all; ignored once the slot exists and its snapshot finished",
 		value: enumValue("MODE", func(c *Config) *string { return &c.Snapshot }, snapshot.Modes...),
-		check: func(c *Config) error { return snapshotCheck(snapshot.ParseMode(c.Snapshot)) },
+		check: func(c *Config) error {
+			if m, err := snapshot.ParseMode(c.Snapshot); err == nil && m != snapshot.ModeNone && len(splitList(c.Table)) > 1 {
+				return badf("a takeover snapshot reads one outbox table, and --table names %d; start with --snapshot none", len(splitList(c.Table)))
+			}
+			return snapshotCheck(snapshot.ParseMode(c.Snapshot))
+		},
 	},
 	{
 		flag: "snapshot-where", env: "WALBOX_SNAPSHOT_WHERE", yaml: "snapshot_where", group: groupPostgres,
@@ -410,6 +415,25 @@ var options = []*option{
 		value:    boolValue(func(c *Config) *bool { return &c.Standby }),
 		check:    func(*Config) error { return nil },
 		pipeline: func(c *Config, p *pipeline.Config) { p.Standby = c.Standby },
+	},
+	// Debezium mode (package debezium translates; checks in debezium.go).
+	{
+		flag: "debezium-config", env: "WALBOX_DEBEZIUM_CONFIG", yaml: "debezium_config", group: groupRouting,
+		help: "Run as a drop-in for Debezium: a Kafka Connect .properties (or REST JSON) of the Postgres connector with the outbox EventRouter; " +
+			"its settings give the records and the options it maps, which explicit flags, variables and YAML keys override",
+		value: stringValue("FILE", func(c *Config) *string { return &c.DebeziumConfig }),
+		check: checkDebeziumConfig,
+	},
+	{
+		flag: "debezium-worker-config", env: "WALBOX_DEBEZIUM_WORKER_CONFIG", yaml: "debezium_worker_config", group: groupRouting,
+		help:  "The Connect worker's .properties for --debezium-config: bootstrap.servers, key/value converters, producer.* and their security settings",
+		value: stringValue("FILE", func(c *Config) *string { return &c.DebeziumWorkerConfig }),
+		check: func(c *Config) error {
+			if c.DebeziumWorkerConfig != "" && c.DebeziumConfig == "" {
+				return badf("only with --debezium-config (WALBOX_DEBEZIUM_CONFIG)")
+			}
+			return nil
+		},
 	},
 	{
 		flag: "heartbeat-interval", env: "WALBOX_HEARTBEAT_INTERVAL", yaml: "heartbeat_interval", group: groupOperations,

@@ -28,8 +28,9 @@ const (
 // walbox configuration.
 type Config struct {
 	// Table is the outbox table as "schema.table", or "table" meaning
-	// "public.table". Names containing a dot are not supported. Default
-	// "public.outbox".
+	// "public.table", or several outbox tables, comma-separated, streamed
+	// through one publication and slot. Names containing a dot or a comma
+	// are not supported. Default "public.outbox".
 	Table string
 	// Slot is the logical replication slot: [a-z0-9_]{1,63}, as Postgres
 	// requires. Default "walbox".
@@ -58,6 +59,18 @@ type Config struct {
 	// ReplaySlot is walbox's trailing replay slot (walbox run
 	// --replay-window), which List marks as such. Default Slot+ReplaySuffix.
 	ReplaySlot string
+	// OtherTablesOK lets an existing publication publish tables besides
+	// the outbox tables, or be FOR ALL TABLES, as Debezium accepts with
+	// publication.autocreate.mode all_tables, disabled or no_tables; the
+	// relay does not route their inserts (it counts and logs them).
+	// Default false: such a publication is ErrPublicationMismatch.
+	OtherTablesOK bool
+	// NoCreatePublication never creates the publication, whatever
+	// CreateMissing and CreateOnFirstStart say (Debezium's
+	// publication.autocreate.mode disabled and no_tables): a missing one is
+	// ErrPublicationNotFound with the CREATE PUBLICATION to run. Default
+	// false.
+	NoCreatePublication bool
 	// Columns, when not nil, is given the outbox table's columns by
 	// Preflight, so that routing which names a missing column fails before
 	// the first row does. `walbox run` and `slotctl create` pass their
@@ -94,28 +107,69 @@ func (c Config) Validate() error {
 	return err
 }
 
-// resolved is a validated Config with the table split.
+// resolved is a validated Config with the tables split.
 type resolved struct {
-	table         TableName
+	table         TableName   // the first of tables, for messages
+	tables        []TableName // at least one
 	slot          string
 	publication   string
 	createMissing bool
 	firstStart    bool // CreateOnFirstStart without CreateMissing
 	failover      bool
+	otherTablesOK bool
+	noCreatePub   bool
 	columns       ColumnChecker
 }
 
 func (c Config) resolve() (resolved, error) {
 	c = c.WithDefaults()
-	table, err := ParseTableName(c.Table)
+	tables, err := ParseTableList(c.Table)
 	if err := errors.Join(err, ValidateSlotName(c.Slot), validatePublication(c.Publication)); err != nil {
 		return resolved{}, err
 	}
 	return resolved{
-		table: table, slot: c.Slot, publication: c.Publication,
+		table: tables[0], tables: tables, slot: c.Slot, publication: c.Publication,
 		createMissing: c.CreateMissing, firstStart: c.CreateOnFirstStart && !c.CreateMissing,
-		failover: c.Failover, columns: c.Columns,
+		failover: c.Failover, otherTablesOK: c.OtherTablesOK, noCreatePub: c.NoCreatePublication, columns: c.Columns,
 	}, nil
+}
+
+// ParseTableList parses one table name or several, comma-separated, as
+// ParseTableName does each; duplicates and empty entries are errors.
+// Errors wrap ErrInvalidConfig.
+func ParseTableList(s string) ([]TableName, error) {
+	var out []TableName
+	seen := map[TableName]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			return nil, fmt.Errorf("%w: table list %q has an empty entry: expected schema.table names separated by commas", ErrInvalidConfig, s)
+		}
+		t, err := ParseTableName(part)
+		if err != nil {
+			return nil, err
+		}
+		if seen[t] {
+			return nil, fmt.Errorf("%w: table list %q names %s twice", ErrInvalidConfig, s, t)
+		}
+		seen[t] = true
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// tableList formats tables for messages ("public.a, public.b") or SQL
+// (quoted) .
+func tableList(tables []TableName, sql bool) string {
+	parts := make([]string, len(tables))
+	for i, t := range tables {
+		if sql {
+			parts[i] = t.Sanitize()
+		} else {
+			parts[i] = t.String()
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // TableName is a schema-qualified table name as stored in the catalog.
@@ -158,6 +212,8 @@ func identProblem(s string) string {
 		return "it is empty"
 	case len(s) > maxIdentLen:
 		return fmt.Sprintf("it is %d bytes long, Postgres keeps only %d", len(s), maxIdentLen)
+	case strings.ContainsRune(s, ','):
+		return "a comma separates outbox tables; names containing one are not supported"
 	case strings.ContainsRune(s, '"'):
 		return "write it without quotes, exactly as stored; names are case-sensitive here"
 	}

@@ -29,7 +29,9 @@ type ServerInfo struct {
 	// that way).
 	Replication bool
 	Table       TableName
-	// TableOID is the outbox table's OID, 0 when it was not found.
+	// TableOID is the outbox table's OID, 0 when it was not found. With
+	// several outbox tables, Table, TableOID and Partitioned describe the
+	// first; Preflight checks them all.
 	TableOID uint32
 	// Partitioned is true when the outbox is a partitioned table.
 	Partitioned bool
@@ -82,26 +84,30 @@ func Preflight(ctx context.Context, conn Querier, cfg Config) (ServerInfo, error
 			ErrNoReplicationSlots))
 	}
 
-	t, err := lookupTable(ctx, conn, r.table)
-	switch {
-	case errors.Is(err, ErrTableNotFound):
-		errs = append(errs, err)
-	case err != nil:
-		return info, err // the connection failed; the other findings may be incomplete
-	default:
-		info.TableOID = t.oid
-		info.Partitioned = t.partitioned
+	for i, table := range r.tables {
+		t, err := lookupTable(ctx, conn, table)
+		switch {
+		case errors.Is(err, ErrTableNotFound):
+			errs = append(errs, err)
+			continue
+		case err != nil:
+			return info, err // the connection failed; the other findings may be incomplete
+		}
+		if i == 0 {
+			info.TableOID = t.oid
+			info.Partitioned = t.partitioned
+		}
 		if !t.readable {
 			errs = append(errs, fmt.Errorf("%w: role %q cannot read %s; as its owner run GRANT USAGE ON SCHEMA %s TO %s; GRANT SELECT ON %s TO %s (see migrations/003_walbox_role.sql)",
-				ErrTableNotReadable, info.User, r.table, pgx.Identifier{r.table.Schema}.Sanitize(), pgx.Identifier{info.User}.Sanitize(),
-				r.table.Sanitize(), pgx.Identifier{info.User}.Sanitize()))
+				ErrTableNotReadable, info.User, table, pgx.Identifier{table.Schema}.Sanitize(), pgx.Identifier{info.User}.Sanitize(),
+				table.Sanitize(), pgx.Identifier{info.User}.Sanitize()))
 		}
 		if r.columns != nil {
 			columns, err := tableColumns(ctx, conn, t.oid)
 			if err != nil {
 				return info, err
 			}
-			if err := r.columns.CheckColumns(r.table.String(), columns); err != nil {
+			if err := r.columns.CheckColumns(table.String(), columns); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -65,7 +65,8 @@ ORDER BY 1, 2`, name)
 }
 
 // EnsurePublication makes sure cfg's publication publishes the inserts of
-// cfg's table and nothing else that walbox would receive. A missing
+// cfg's outbox tables (one or several) and, unless cfg.OtherTablesOK,
+// nothing else that walbox would receive. A missing
 // publication is created when cfg.CreateMissing or cfg.CreateOnFirstStart
 // (see CreatePublication), else ErrPublicationNotFound; but never while
 // cfg's slot exists: that is ErrPublicationNotFound advising a new
@@ -82,7 +83,7 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	t, err := lookupTable(ctx, conn, r.table)
+	ts, err := lookupTables(ctx, conn, r.tables)
 	if err != nil {
 		return err
 	}
@@ -95,10 +96,15 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 		if slotExists {
 			return publicationUnderSlotError(r)
 		}
+		if r.noCreatePub {
+			return fmt.Errorf("%w: publication %q does not exist, and the configuration says not to create it (Debezium's publication.autocreate.mode disabled or no_tables); "+
+				"create it as the owner of the outbox tables: CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or set publication.autocreate.mode=filtered",
+				ErrPublicationNotFound, r.publication, pgx.Identifier{r.publication}.Sanitize(), tableList(r.tables, true))
+		}
 		if !r.createMissing && !r.firstStart {
 			return fmt.Errorf("%w: publication %q does not exist; create it with `slotctl create`, or have an admin run migrations/002_publication.sql", ErrPublicationNotFound, r.publication)
 		}
-		err = createPublication(ctx, conn, r, t)
+		err = createPublication(ctx, conn, r, ts)
 		if code := sqlState(err); err == nil || (code != codeDuplicateObject && code != codeUniqueViolation) {
 			return err
 		}
@@ -108,7 +114,23 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return checkPublication(ctx, conn, pub, r, t, slotExists)
+	return checkPublication(ctx, conn, pub, r, ts, slotExists)
+}
+
+// lookupTables looks up every outbox table; the errors of all missing
+// ones are joined.
+func lookupTables(ctx context.Context, conn Querier, tables []TableName) ([]tableInfo, error) {
+	out := make([]tableInfo, len(tables))
+	var errs []error
+	for i, table := range tables {
+		t, err := lookupTable(ctx, conn, table)
+		if err != nil && !errors.Is(err, ErrTableNotFound) {
+			return nil, err
+		}
+		errs = append(errs, err)
+		out[i] = t
+	}
+	return out, errors.Join(errs...)
 }
 
 // slotExists reports whether a pgoutput slot of that name exists in the
@@ -150,9 +172,9 @@ func newName(old string) string {
 // checkPublication compares an existing publication with what walbox needs.
 // The fixes it advises never drop the publication: slotExists or not,
 // another consumer may stream it.
-func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r resolved, t tableInfo, slotExists bool) error {
+func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r resolved, ts []tableInfo, slotExists bool) error {
 	name := pgx.Identifier{pub.Name}.Sanitize()
-	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", name, r.table.Sanitize())
+	setTable := fmt.Sprintf("ALTER PUBLICATION %s SET TABLE %s", name, tableList(r.tables, true))
 	var diffs, fixes []string
 	addFix := func(f string) {
 		for _, have := range fixes {
@@ -163,52 +185,80 @@ func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r 
 		fixes = append(fixes, f)
 	}
 
-	if pub.AllTables {
+	if pub.AllTables && !r.otherTablesOK {
 		diffs = append(diffs, "is FOR ALL TABLES, so walbox would receive the inserts of every table")
-	} else {
-		ours, extra, err := publicationMembers(ctx, conn, pub.Name, t.oid)
+	} else if !pub.AllTables {
+		oids := make([]uint32, len(ts))
+		for i, t := range ts {
+			oids[i] = t.oid
+		}
+		ours, extra, err := publicationMembers(ctx, conn, pub.Name, oids)
 		if err != nil {
 			return err
 		}
-		if !ours {
-			diffs = append(diffs, fmt.Sprintf("does not include %s", r.table))
-			addFix(setTable)
+		var missing []string
+		for i, in := range ours {
+			if !in {
+				missing = append(missing, r.tables[i].String())
+			}
 		}
-		if len(extra) > 0 {
+		if len(missing) > 0 {
+			diffs = append(diffs, fmt.Sprintf("does not include %s", strings.Join(missing, ", ")))
+			if r.otherTablesOK {
+				addFix(fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", name, strings.Join(sanitizeAll(missing), ", ")))
+			} else {
+				addFix(setTable)
+			}
+		}
+		if len(extra) > 0 && !r.otherTablesOK {
 			diffs = append(diffs, fmt.Sprintf("also publishes %s", strings.Join(extra, ", ")))
 			addFix(setTable)
 		}
-		filtered, columns, err := publicationFilters(ctx, conn, pub.OID, t.oid)
-		if err != nil {
-			return err
-		}
-		if filtered {
-			diffs = append(diffs, fmt.Sprintf("filters the rows of %s with a WHERE clause, so walbox would silently miss events", r.table))
-			addFix(setTable)
-		}
-		if columns {
-			diffs = append(diffs, fmt.Sprintf("publishes only some columns of %s", r.table))
-			addFix(setTable)
+		for i, t := range ts {
+			filtered, columns, err := publicationFilters(ctx, conn, pub.OID, t.oid)
+			if err != nil {
+				return err
+			}
+			if filtered {
+				diffs = append(diffs, fmt.Sprintf("filters the rows of %s with a WHERE clause, so walbox would silently miss events", r.tables[i]))
+				addFix(setTable)
+			}
+			if columns {
+				diffs = append(diffs, fmt.Sprintf("publishes only some columns of %s", r.tables[i]))
+				addFix(setTable)
+			}
 		}
 	}
 	if !pub.Insert {
 		diffs = append(diffs, "does not publish inserts")
 		addFix(fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert')", name))
 	}
-	if t.partitioned && !pub.ViaRoot {
-		diffs = append(diffs, fmt.Sprintf("publishes the partitions of %s under their own names", r.table))
-		addFix(fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", name))
+	for i, t := range ts {
+		if t.partitioned && !pub.ViaRoot {
+			diffs = append(diffs, fmt.Sprintf("publishes the partitions of %s under their own names", r.tables[i]))
+			addFix(fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", name))
+		}
 	}
 	if len(diffs) == 0 {
 		return nil
 	}
-	if pub.AllTables {
+	if pub.AllTables && !r.otherTablesOK {
 		// The ALTERs would not help: the new publication replaces this one.
 		return fmt.Errorf("%w: publication %q %s; %s",
 			ErrPublicationMismatch, pub.Name, strings.Join(diffs, "; "), allTablesFix(r, slotExists))
 	}
 	return fmt.Errorf("%w: publication %q %s; fix it as its owner with: %s; or choose another publication with --publication",
 		ErrPublicationMismatch, pub.Name, strings.Join(diffs, "; "), strings.Join(fixes, "; "))
+}
+
+// sanitizeAll quotes "schema.table" names for SQL.
+func sanitizeAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		t, _ := ParseTableName(n)
+		out[i] = t.Sanitize()
+	}
+	return out
 }
 
 // allTablesFix advises how to leave a FOR ALL TABLES publication, which
@@ -218,7 +268,7 @@ func checkPublication(ctx context.Context, conn Querier, pub PublicationInfo, r 
 func allTablesFix(r resolved, slotExists bool) string {
 	pub := newName(r.publication)
 	create := fmt.Sprintf("as the owner of %s, CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-		r.table, pgx.Identifier{pub}.Sanitize(), r.table.Sanitize())
+		tableList(r.tables, false), pgx.Identifier{pub}.Sanitize(), tableList(r.tables, true))
 	if !slotExists {
 		return fmt.Sprintf("a FOR ALL TABLES publication cannot be narrowed: %s and use it with --publication %s", create, pub)
 	}
@@ -228,38 +278,42 @@ func allTablesFix(r resolved, slotExists bool) string {
 		"then drop the old slot with `slotctl drop --slot %s`", r.slot, create, pub, newName(r.slot), r.slot)
 }
 
-// publicationMembers reports whether the publication covers the table with
-// OID tableOID (directly or through its partitions) and lists the other
+// publicationMembers reports, for each table OID, whether the publication
+// covers it (directly or through its partitions), and lists the other
 // tables it covers.
-func publicationMembers(ctx context.Context, conn Querier, pub string, tableOID uint32) (ours bool, extra []string, err error) {
+func publicationMembers(ctx context.Context, conn Querier, pub string, tableOIDs []uint32) (ours []bool, extra []string, err error) {
 	rows, err := conn.Query(ctx, `
-SELECT pt.schemaname::text || '.' || pt.tablename::text,
-       c.oid = $2 OR COALESCE(pg_partition_root(c.oid)::oid = $2, false)
+SELECT pt.schemaname::text || '.' || pt.tablename::text, c.oid, COALESCE(pg_partition_root(c.oid)::oid, c.oid)
 FROM pg_publication_tables pt
 JOIN pg_namespace n ON n.nspname = pt.schemaname
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
 WHERE pt.pubname = $1
-ORDER BY 1`, pub, tableOID)
+ORDER BY 1`, pub)
 	if err != nil {
-		return false, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
+		return nil, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
 	}
 	defer rows.Close()
+	ours = make([]bool, len(tableOIDs))
 	for rows.Next() {
 		var (
-			name  string
-			isOur bool
+			name      string
+			oid, root uint32
 		)
-		if err := rows.Scan(&name, &isOur); err != nil {
-			return false, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
+		if err := rows.Scan(&name, &oid, &root); err != nil {
+			return nil, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
 		}
-		if isOur {
-			ours = true
-		} else {
+		isOur := false
+		for i, o := range tableOIDs {
+			if o == oid || o == root {
+				ours[i], isOur = true, true
+			}
+		}
+		if !isOur {
 			extra = append(extra, name)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return false, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
+		return nil, nil, fmt.Errorf("slotctl: list tables of publication %q: %w", pub, err)
 	}
 	return ours, extra, nil
 }
@@ -287,7 +341,7 @@ WHERE pr.prpubid = $1 AND pr.prrelid = $2`, pubOID, tableOID).Scan(&filtered, &c
 	return filtered, columns, nil
 }
 
-// CreatePublication creates cfg's publication for cfg's table, publishing
+// CreatePublication creates cfg's publication for cfg's tables, publishing
 // inserts only (and via the root for a partitioned table):
 //
 //	CREATE PUBLICATION "walbox" FOR TABLE "public"."outbox" WITH (publish = 'insert');
@@ -306,16 +360,20 @@ func CreatePublication(ctx context.Context, conn Querier, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	t, err := lookupTable(ctx, conn, r.table)
+	ts, err := lookupTables(ctx, conn, r.tables)
 	if err != nil {
 		return err
 	}
-	return createPublication(ctx, conn, r, t)
+	return createPublication(ctx, conn, r, ts)
 }
 
-func createPublication(ctx context.Context, conn Querier, r resolved, t tableInfo) error {
+func createPublication(ctx context.Context, conn Querier, r resolved, ts []tableInfo) error {
 	with := "publish = 'insert'"
-	if t.partitioned {
+	partitioned := false
+	for _, t := range ts {
+		partitioned = partitioned || t.partitioned
+	}
+	if partitioned {
 		// Without it, rows arrive under each partition's name, not the outbox's.
 		with += ", publish_via_partition_root = true"
 	}
@@ -325,7 +383,7 @@ func createPublication(ctx context.Context, conn Querier, r resolved, t tableInf
 	// (pgx sends a query without arguments with the simple protocol.)
 	name := pgx.Identifier{r.publication}.Sanitize()
 	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (%s); COMMENT ON PUBLICATION %s IS %s",
-		name, r.table.Sanitize(), with, name, quoteLiteral(PendingMarker(r.slot)))
+		name, tableList(r.tables, true), with, name, quoteLiteral(PendingMarker(r.slot)))
 	_, err := conn.Exec(ctx, sql)
 	switch sqlState(err) {
 	case "":
@@ -336,9 +394,9 @@ func createPublication(ctx context.Context, conn Querier, r resolved, t tableInf
 	case codeInsufficientPrivilege:
 		return fmt.Errorf("%w: creating publication %q needs ownership of %s and CREATE on the database; "+
 			"have an admin run migrations/002_publication.sql, or run `slotctl create` as the table's owner: %w",
-			ErrPublicationPrivilege, r.publication, r.table, err)
+			ErrPublicationPrivilege, r.publication, tableList(r.tables, false), err)
 	case codeUndefinedTable:
-		return fmt.Errorf("%w: table %s: %w", ErrTableNotFound, r.table, err)
+		return fmt.Errorf("%w: table %s: %w", ErrTableNotFound, tableList(r.tables, false), err)
 	default:
 		return fmt.Errorf("slotctl: create publication %q: %w", r.publication, err)
 	}

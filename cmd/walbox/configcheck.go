@@ -61,6 +61,7 @@ func configCheck(args []string, getenv func(string) string, stdout, stderr io.Wr
 		return exitUsage
 	}
 	printSettings(stdout, settings)
+	printDebezium(stdout, cfg)
 
 	var problems []string
 	for _, e := range splitErrors(err) {

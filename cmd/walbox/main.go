@@ -38,6 +38,9 @@ Usage:
   walbox replay --from LSN|TIME [--to LSN|TIME] [--topic T] [--dry-run] [options]
                            produce a saved range again from the trailing slot
                            kept by walbox run --replay-window
+  walbox migrate-from-debezium --debezium-config FILE [--debezium-offsets FILE] [options]
+                           take over a stopped Debezium connector's slot from
+                           its stored offset and run in Debezium mode
   walbox config check [--connect] [options]
                            print the effective configuration with the source
                            of each value, secrets redacted, and every problem
@@ -81,6 +84,8 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 		return replayMain(args[1:], getenv, stdout, stderr)
 	case "config":
 		return configMain(args[1:], getenv, stdout, stderr)
+	case "migrate-from-debezium":
+		return migrateMain(args[1:], getenv, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "walbox: unknown command %q\n\n%s", args[0], usageText)
 		return exitUsage

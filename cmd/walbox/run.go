@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,7 +27,20 @@ import (
 // order: the relay stops reading WAL, drains in-flight acks and sends its
 // final status update; then the Kafka client and the metrics server close.
 func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err error) {
-	log := newLogger(cfg, logOut)
+	return runRelayWith(ctx, cfg, newLogger(cfg, logOut), runOptions{})
+}
+
+// runOptions change what runRelay does, for walbox migrate-from-debezium.
+type runOptions struct {
+	// start, when set, is called once the slot is set up and returns where
+	// streaming starts (at least the slot's confirmed position).
+	start func(ctx context.Context, slot slotctl.SlotInfo) (pglogrepl.LSN, error)
+	// wrap, when set, is called after start and may wrap the router and
+	// the producer the relay uses.
+	wrap func(rt pipeline.Router, p pipeline.Producer) (pipeline.Router, pipeline.Producer)
+}
+
+func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts runOptions) (err error) {
 	// A fatal error is one structured log line here and one plain line on
 	// stderr from main: the log for collectors, stderr for whoever ran it.
 	defer func() {
@@ -36,9 +50,21 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	}()
 	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))
 
-	rt, err := router.New(cfg.RouterConfig())
+	// Debezium mode (--debezium-config) routes with Debezium's EventRouter;
+	// wrt, walbox's own router, is nil then.
+	dbz, err := newDebeziumMode(cfg, log)
 	if err != nil {
 		return err
+	}
+	var (
+		rt  pipeline.Router
+		wrt *router.Router
+	)
+	if dbz == nil {
+		if wrt, err = router.New(cfg.RouterConfig()); err != nil {
+			return err
+		}
+		rt = wrt
 	}
 
 	reg := prometheus.NewRegistry()
@@ -65,12 +91,24 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 
 	// After the Kafka client: a takeover (--snapshot) produces the
 	// snapshot's rows with it before streaming starts.
-	slot, err := setupSlotOrTakeover(ctx, cfg, rt, kcl, log)
+	var slot slotctl.SlotInfo
+	if dbz != nil {
+		slot, rt, err = dbz.setup(ctx, cfg, log)
+	} else {
+		slot, err = setupSlotOrTakeover(ctx, cfg, wrt, kcl, log)
+	}
 	if err != nil {
 		if ctx.Err() != nil { // stopped while waiting for Postgres
 			return nil
 		}
 		return err
+	}
+
+	start := slot.ConfirmedFlushLSN
+	if opts.start != nil {
+		if start, err = opts.start(ctx, slot); err != nil {
+			return err
+		}
 	}
 
 	pcfg := cfg.PipelineConfig()
@@ -84,7 +122,11 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	if hb != nil {
 		pcfg.OnHeartbeat = hb.Seen
 	}
-	relay, err = pipeline.New(pcfg, kcl, rt, reg, log)
+	var producer pipeline.Producer = kcl
+	if opts.wrap != nil {
+		rt, producer = opts.wrap(rt, producer)
+	}
+	relay, err = pipeline.New(pcfg, producer, rt, reg, log)
 	if err != nil {
 		return err
 	}
@@ -120,7 +162,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 				_ = srv.Shutdown(sctx)
 			}
 		}()
-		return relay.Run(gctx, slot.ConfirmedFlushLSN)
+		return relay.Run(gctx, start)
 	})
 	if err := g.Wait(); err != nil {
 		return err
@@ -133,10 +175,20 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 // slotctl.Setup). A missing slot is created only on a first start, or with
 // --create-slot; retries while Postgres is unreachable.
 func setupSlot(ctx context.Context, cfg config.Config, rt *router.Router, log *slog.Logger) (slotctl.SlotInfo, error) {
+	return setupSlotWith(ctx, cfg, rt, nil, log)
+}
+
+// setupSlotWith is setupSlot with any column checker (Debezium mode's
+// EventRouter) and, when policy is not nil, a change to slotctl's
+// settings (Debezium's publication.autocreate.mode).
+func setupSlotWith(ctx context.Context, cfg config.Config, cols slotctl.ColumnChecker, policy func(*slotctl.Config), log *slog.Logger) (slotctl.SlotInfo, error) {
 	scfg := cfg.SlotctlConfig()
 	scfg.CreateMissing = cfg.CreateSlot
 	scfg.CreateOnFirstStart = true
-	scfg.Columns = rt
+	scfg.Columns = cols
+	if policy != nil {
+		policy(&scfg)
+	}
 	_, slot, err := slotctl.Setup(ctx, cfg.PGDSN, scfg, slotctl.SetupOptions{
 		Logger:    log,
 		Retryable: pipeline.IsRetryable,

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/debezium"
+	"github.com/walbox/walbox/debezium/eventrouter"
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// debeziumMode is walbox run with --debezium-config: Debezium's
+// EventRouter builds the records.
+type debeziumMode struct {
+	tr *debezium.Translation
+	// check is the EventRouter without the catalog's column facts, used
+	// to check the outbox tables' columns before the slot is set up.
+	check *eventrouter.Router
+}
+
+// newDebeziumMode reads the Debezium configuration again (Load has
+// reported its problems), logs the overrides and warnings, and checks the
+// EventRouter settings; nil outside Debezium mode.
+func newDebeziumMode(cfg config.Config, log *slog.Logger) (*debeziumMode, error) {
+	if cfg.DebeziumConfig == "" {
+		return nil, nil
+	}
+	tr, err := cfg.DebeziumTranslation()
+	if err != nil {
+		return nil, fmt.Errorf("--debezium-config %s: %w", cfg.DebeziumConfig, err)
+	}
+	for _, o := range cfg.DebeziumOverrides(tr) {
+		log.Warn("an explicit option overrides the Debezium configuration", "override", o)
+	}
+	for _, w := range tr.Warnings {
+		log.Warn("a Debezium setting is not applied; it has no effect on the records", "key", w.Key, "where", w.Where, "why", w.Why)
+	}
+	log.Info("Debezium mode", "config", cfg.DebeziumConfig, "connector", tr.Router.ConnectorName, "topic_prefix", tr.Router.LogicalName,
+		"tables", cfg.Table, "publication_autocreate_mode", tr.AutocreateMode,
+		"key_converter", string(tr.Router.KeyConverter.Kind), "value_converter", string(tr.Router.ValueConverter.Kind))
+	d := &debeziumMode{tr: tr}
+	if d.check, err = eventrouter.New(d.routerConfig(cfg, nil)); err != nil {
+		return nil, fmt.Errorf("--debezium-config %s: %w", cfg.DebeziumConfig, err)
+	}
+	return d, nil
+}
+
+// routerConfig is the EventRouter's configuration for the effective
+// tables (an explicit --table wins over table.include.list).
+func (d *debeziumMode) routerConfig(cfg config.Config, cols map[string][]eventrouter.ColumnInfo) eventrouter.Config {
+	rc := d.tr.Router
+	rc.Tables = nil
+	for _, t := range strings.Split(cfg.Table, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			if !strings.Contains(t, ".") {
+				t = "public." + t
+			}
+			rc.Tables = append(rc.Tables, t)
+		}
+	}
+	rc.Columns = cols
+	return rc
+}
+
+// setup prepares the publication and slot under Debezium's
+// publication.autocreate.mode, then reads the outbox tables' column facts
+// and returns the EventRouter the relay uses.
+func (d *debeziumMode) setup(ctx context.Context, cfg config.Config, log *slog.Logger) (slotctl.SlotInfo, pipeline.Router, error) {
+	slot, err := setupSlotWith(ctx, cfg, d.check, func(s *slotctl.Config) { config.DebeziumSlotPolicy(d.tr, s) }, log)
+	if err != nil {
+		return slot, nil, err
+	}
+	var cols map[string][]eventrouter.ColumnInfo
+	err = retryPostgres(ctx, cfg, log, func() error {
+		cc, err := cfg.ConnConfig()
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			return fmt.Errorf("connect to postgres: %w", err)
+		}
+		defer conn.Close(context.Background())
+		cols, err = eventrouter.LoadColumns(ctx, conn, d.routerConfig(cfg, nil).Tables)
+		return err
+	})
+	if err != nil {
+		return slot, nil, err
+	}
+	rt, err := eventrouter.New(d.routerConfig(cfg, cols))
+	if err != nil {
+		return slot, nil, err
+	}
+	return slot, rt, nil
+}

@@ -1,0 +1,227 @@
+package debezium
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/slotctl"
+)
+
+// ErrTakeover marks a takeover walbox refuses: starting would skip events
+// or conflict with Debezium.
+var ErrTakeover = errors.New("debezium: takeover refused")
+
+// ErrSlotActive is returned while a process (Debezium's walsender, or one
+// it left behind) still streams from the slot; the caller waits and tries
+// again.
+var ErrSlotActive = errors.New("debezium: the slot is still in use")
+
+// peekLimit bounds the changes read to find Debezium's last transaction.
+const peekLimit = 100_000
+
+// Plan is where walbox starts on Debezium's slot.
+type Plan struct {
+	Offset Offset
+	// SlotConfirmed is the slot's confirmed_flush_lsn.
+	SlotConfirmed pglogrepl.LSN
+	// Start is where walbox streams from: transactions committing at or
+	// after it are sent. It is at least SlotConfirmed.
+	Start pglogrepl.LSN
+	// LastTxEnd is the end of Debezium's last transaction (Offset.TxID)
+	// when found on the slot, else 0.
+	LastTxEnd pglogrepl.LSN
+	// Resent counts the events of that transaction Debezium had already
+	// sent and recorded that walbox sends again; -1 when unknown (the
+	// transaction was not found, so it is sent whole).
+	Resent int
+	// SkipXID and SkipUpTo, when SkipXID is not 0, name the events walbox
+	// must not send again although it streams their transaction: the
+	// inserts of transaction SkipXID at or before SkipUpTo, which Debezium
+	// had sent before it stopped inside that transaction. Skipped counts
+	// them.
+	SkipXID  uint32
+	SkipUpTo pglogrepl.LSN
+	Skipped  int
+	// Why says in a sentence how Start was chosen.
+	Why string
+}
+
+// PlanTakeover decides where walbox starts on Debezium's slot so that
+// every event committed after Debezium's stored offset is sent, and none
+// that the offset says Debezium sent before.
+//
+// Debezium confirms on the slot the lsn_commit of the offset Connect has
+// stored (lsn_proc when there is none), so the slot's confirmed_flush_lsn
+// is at most that. walbox starts at lsn_commit: every transaction
+// committing after it is streamed. Debezium's last transaction (txId),
+// whose commit ends after lsn_commit (Debezium 3 stores there the start of
+// that transaction's commit record), is skipped too when every outbox
+// insert of it is at or before the offset's lsn (Debezium sent it whole);
+// this is found by peeking at the slot (pg_logical_slot_peek_binary_changes:
+// nothing is consumed, the slot does not move). When Debezium stopped
+// inside that transaction, walbox streams it and Plan.SkipXID/SkipUpTo name
+// the inserts of it not to send again (walbox starts streaming only at
+// transaction boundaries). When it is not found within the next 100,000
+// changes, it is sent whole.
+//
+// The zero Offset means none is stored: walbox then starts at the slot's
+// confirmed position, as Debezium would.
+//
+// PlanTakeover changes nothing, so it can be run again after any failure.
+// It refuses (ErrTakeover, with both positions) a missing slot, a slot of
+// another plugin, an offset from an unfinished snapshot, and a slot
+// confirmed past the stored offset: events between would be skipped. A
+// slot in use is ErrSlotActive.
+func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication string, tables []string, off Offset) (Plan, error) {
+	p := Plan{Offset: off, Resent: -1}
+	info, err := slotctl.Inspect(ctx, conn, slot)
+	if errors.Is(err, slotctl.ErrSlotNotFound) {
+		return p, fmt.Errorf("%w: Debezium's slot %q does not exist in this database, so its position is gone and events committed after the stored offset (lsn_commit %s) cannot be streamed from it; "+
+			"check slot.name and database.dbname; to start over, create a new slot (walbox run --create-slot) and re-publish the outbox rows committed since %s: %w",
+			ErrTakeover, slot, off.Flushed(), off.Flushed(), err)
+	}
+	if err != nil {
+		return p, err
+	}
+	if info.Plugin != slotctl.Plugin {
+		return p, fmt.Errorf("%w: slot %q uses the plugin %q; walbox streams only %s (set plugin.name=pgoutput in Debezium with a new slot first)",
+			ErrTakeover, slot, info.Plugin, slotctl.Plugin)
+	}
+	if info.Active {
+		return p, fmt.Errorf("%w: slot %q is streamed by process %d; stop the Debezium connector first (a killed one's walsender lingers until wal_sender_timeout)",
+			ErrSlotActive, slot, info.ActivePID)
+	}
+	if off.Snapshot {
+		return p, fmt.Errorf("%w: Debezium's stored offset is from its initial snapshot, which had not finished; let Debezium finish the snapshot, then stop it and take over", ErrTakeover)
+	}
+	p.SlotConfirmed = info.ConfirmedFlushLSN
+	if off == (Offset{}) {
+		// No stored offset: Debezium itself would start from the slot's
+		// confirmed position, which it moves only to stored offsets.
+		p.Start = p.SlotConfirmed
+		p.Why = "no stored offset (the offsets store lost it, or Debezium stopped before its first offset flush): from the slot's confirmed position, as Debezium would restart; " +
+			"every event Debezium sent after it is sent again"
+		return p, nil
+	}
+	flushed := off.Flushed()
+	if p.SlotConfirmed > flushed {
+		return p, fmt.Errorf("%w: slot %q is confirmed up to %s, past Debezium's stored offset (lsn_commit %s, lsn %s): "+
+			"if walbox migrate-from-debezium already ran and streamed, the takeover is done, start walbox run with the same options; "+
+			"otherwise the slot was advanced (or recreated) by something other than this connector's stored offsets, and events committed between %s and %s may never have reached Kafka: "+
+			"check that --debezium-offsets is this connector's offsets (name and topic.prefix), and re-publish the outbox rows committed in that range if they are missing",
+			ErrTakeover, slot, p.SlotConfirmed, flushed, off.LSN, flushed, p.SlotConfirmed)
+	}
+	p.Start = flushed
+	p.Why = fmt.Sprintf("Debezium's stored offset has lsn_commit %s: transactions committing after it are sent", flushed)
+	if off.TxID == 0 {
+		return p, nil
+	}
+	last, err := peekTransaction(ctx, conn, slot, publication, tables, uint32(off.TxID), flushed, off.LSN)
+	if err != nil {
+		return p, err
+	}
+	switch {
+	case last.end == 0:
+		p.Why += fmt.Sprintf("; Debezium's last transaction %d was not found among the next %d changes, so it is sent whole", off.TxID, peekLimit)
+	case last.maxInsert <= off.LSN:
+		p.LastTxEnd, p.Start, p.Resent = last.end, last.end, 0
+		p.Why = fmt.Sprintf("Debezium sent its last transaction %d whole (its last outbox insert %s is at or before the offset's lsn %s), so walbox starts after its end %s",
+			off.TxID, last.maxInsert, off.LSN, last.end)
+	default:
+		p.LastTxEnd, p.Resent = last.end, 0
+		p.SkipXID, p.SkipUpTo, p.Skipped = uint32(off.TxID), off.LSN, last.sent
+		p.Why += fmt.Sprintf("; Debezium stopped inside transaction %d (%d of its %d outbox events sent): walbox streams it and skips those %d (inserts at or before %s)",
+			off.TxID, last.sent, last.inserts, last.sent, off.LSN)
+	}
+	return p, nil
+}
+
+type lastTx struct {
+	end       pglogrepl.LSN // commit end; 0 when not found
+	maxInsert pglogrepl.LSN
+	inserts   int
+	sent      int // inserts at or before the offset's lsn
+}
+
+// peekTransaction decodes the slot's pending changes without consuming
+// them and describes transaction xid's outbox inserts, if it commits after
+// after; upto is the offset's lsn, up to which Debezium sent them.
+func peekTransaction(ctx context.Context, conn slotctl.Querier, slot, publication string, tables []string, xid uint32, after, upto pglogrepl.LSN) (lastTx, error) {
+	want := map[string]bool{}
+	for _, t := range tables {
+		if !strings.Contains(t, ".") {
+			t = "public." + t
+		}
+		want[t] = true
+	}
+	rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2, 'proto_version', '1', 'publication_names', $3)`,
+		slot, peekLimit, pgx.Identifier{publication}.Sanitize())
+	if err != nil {
+		return lastTx{}, fmt.Errorf("debezium: peek at slot %q: %w", slot, err)
+	}
+	defer rows.Close()
+	var (
+		res     lastTx
+		cur     uint32
+		rels    = map[uint32]string{}
+		inserts []pglogrepl.LSN
+	)
+	for rows.Next() {
+		var (
+			lsnText string
+			data    []byte
+		)
+		if err := rows.Scan(&lsnText, &data); err != nil {
+			return lastTx{}, fmt.Errorf("debezium: peek at slot %q: %w", slot, err)
+		}
+		lsn, err := pglogrepl.ParseLSN(lsnText)
+		if err != nil {
+			return lastTx{}, fmt.Errorf("debezium: peek at slot %q: %w", slot, err)
+		}
+		msg, err := parseMessage(data)
+		if err != nil {
+			return lastTx{}, fmt.Errorf("debezium: peek at slot %q: change at %s: %w", slot, lsn, err)
+		}
+		switch m := msg.(type) {
+		case *pglogrepl.RelationMessage:
+			rels[m.RelationID] = m.Namespace + "." + m.RelationName
+		case *pglogrepl.BeginMessage:
+			cur, inserts = m.Xid, inserts[:0]
+		case *pglogrepl.InsertMessage:
+			if cur == xid && want[rels[m.RelationID]] {
+				inserts = append(inserts, lsn)
+			}
+		case *pglogrepl.CommitMessage:
+			if cur == xid && m.TransactionEndLSN > after {
+				res.end, res.inserts = m.TransactionEndLSN, len(inserts)
+				for _, l := range inserts {
+					res.maxInsert = max(res.maxInsert, l)
+					if l <= upto {
+						res.sent++
+					}
+				}
+				return res, rows.Err()
+			}
+		}
+	}
+	return lastTx{}, rows.Err()
+}
+
+// parseMessage parses a pgoutput message, turning a panic of pglogrepl on
+// a malformed message into an error.
+func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed pgoutput message: %v", p)
+		}
+	}()
+	if len(data) == 0 {
+		return nil, errors.New("empty pgoutput message")
+	}
+	return pglogrepl.Parse(data)
+}
