@@ -532,3 +532,40 @@ func TestKafkaStateLastReadsBackwards(t *testing.T) {
 		t.Fatalf("Last(b) = %+v, %v; want the last committed, not the aborted one", pos, err)
 	}
 }
+
+// TestEOSLostConnectionAbortsTheOpenTransaction: the replication connection
+// drops with a Kafka transaction open (what if the process dies here: the
+// same, the successor's producer id load aborts it). Nothing of it becomes
+// visible; the next session produces it again, once.
+func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 100, TransactionMaxInterval: time.Hour}, 1)
+	if err := el.txn(t, 0x1000, "a1", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	el.wal(t, pgBegin(0x2000, 2))
+	el.wal(t, pgInsert(outboxRel, "id-b1", "a", `{"n":"b1"}`)) // B is cut off
+	el.eosEndSession(context.Background())
+	if n := testutil.ToFloat64(el.eos.m.aborted); n != 1 {
+		t.Fatalf("aborted %v, want 1", n)
+	}
+	if got := readCommitted(t, c, eosTopic); len(got) != 0 {
+		t.Fatalf("read_committed saw %v of the aborted transaction", got)
+	}
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	if el.tracker.Confirmed() != 1 {
+		t.Fatalf("new session starts at %s, want 0/1", el.tracker.Confirmed())
+	}
+	if err := el.txn(t, 0x1000, "a1", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	el.finish(t)
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 a2 b1" {
+		t.Fatalf("read_committed saw %q, want a1 a2 b1", got)
+	}
+}
