@@ -60,8 +60,8 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id: %v",
-		ErrFenced, e.TransactionalID, e.Err)
+	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id. If no other instance runs, the broker aborted a transaction that stayed open longer than the transaction timeout (%s; a Postgres transaction too large to produce in that time): a restart resumes from the last commit: %v",
+		ErrFenced, e.TransactionalID, DefaultTransactionTimeout, e.Err)
 }
 
 func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Err} }
