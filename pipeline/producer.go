@@ -37,7 +37,21 @@ type KafkaConfig struct {
 	// authenticates every connection (package kafkasec builds both).
 	TLS  *tls.Config
 	SASL sasl.Mechanism
+	// TransactionalID, when set, makes the client a transactional producer
+	// (Config.Delivery exactly-once); TransactionTimeout is then the
+	// broker-side limit of one transaction (DefaultTransactionTimeout when
+	// zero): an instance that dies with a transaction open holds back
+	// read_committed consumers of its partitions at most this long, unless
+	// a successor with the same id aborts it sooner.
+	TransactionalID    string
+	TransactionTimeout time.Duration
 }
+
+// DefaultTransactionTimeout is the transaction timeout of exactly-once
+// mode. It bounds the time to produce one Kafka transaction, so also one
+// Postgres transaction, however large; it must not exceed the brokers'
+// transaction.max.timeout.ms (15m by default).
+const DefaultTransactionTimeout = time.Minute
 
 // connOpts returns the options that say how to reach and authenticate to
 // the brokers; every client built from a KafkaConfig starts with them.
@@ -74,7 +88,7 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	opts := append(c.connOpts(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		kgo.WithLogger(kafkaLogger(c, log)),
 		// Like the Java producer (allow.auto.create.topics=true): the
 		// broker's auto.create.topics.enable decides. With it off, a
 		// missing topic fails the record with UNKNOWN_TOPIC_OR_PARTITION
@@ -99,6 +113,10 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	}
 	if reg != nil {
 		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("walbox_kafka", kprom.Registerer(reg))))
+	}
+	if c.TransactionalID != "" {
+		opts = append(opts, kgo.TransactionalID(c.TransactionalID),
+			kgo.TransactionTimeout(cmpOr(c.TransactionTimeout, DefaultTransactionTimeout)))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -148,4 +166,41 @@ func BrokerMessageMaxBytes(ctx context.Context, c KafkaConfig) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("broker %d does not report message.max.bytes", id)
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// kafkaLogger bridges franz-go's log into log; a transactional client's
+// per-transaction lines go to debug (routineTxnLogger).
+func kafkaLogger(c KafkaConfig, log *slog.Logger) kgo.Logger {
+	l := kslog.New(log.With("component", "kafka"))
+	if c.TransactionalID == "" {
+		return l
+	}
+	return routineTxnLogger{l}
+}
+
+// routineTxnLogger logs franz-go's per-transaction messages at debug level:
+// at info, exactly-once mode would log four lines per Kafka transaction,
+// several times a second.
+type routineTxnLogger struct{ kgo.Logger }
+
+var routineTxnMessages = map[string]bool{
+	"beginning transaction": true,
+	"flushing":              true,
+	"flushed":               true,
+	"ending transaction":    true,
+	"end transaction response successfully received": true,
+}
+
+func (l routineTxnLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if level == kgo.LogLevelInfo && routineTxnMessages[msg] {
+		level = kgo.LogLevelDebug
+	}
+	l.Logger.Log(level, msg, keyvals...)
 }

@@ -83,11 +83,27 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	limits := pipeline.NewKafkaTopicLimits()
 	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 1
 	kc.TopicLimits = limits
-	kcl, err := pipeline.NewKafkaClient(kc, log, reg)
+	pcfg := cfg.PipelineConfig()
+	// In exactly-once mode the relay's transactional client carries the
+	// walbox_kafka_ metrics; kcl only serves the snapshot and /readyz.
+	kreg := prometheus.Registerer(reg)
+	if cfg.Delivery == pipeline.DeliveryExactlyOnce {
+		kreg = nil
+	}
+	kcl, err := pipeline.NewKafkaClient(kc, log, kreg)
 	if err != nil {
 		return err
 	}
 	defer kcl.Close()
+	var relayProducer pipeline.Producer = kcl
+	tcl, err := exactlyOnce(cfg, kc, &pcfg, log, reg)
+	if err != nil {
+		return err
+	}
+	if tcl != nil {
+		defer tcl.Close()
+		relayProducer = tcl
+	}
 
 	// After the Kafka client: a takeover (--snapshot) produces the
 	// snapshot's rows with it before streaming starts.
@@ -110,8 +126,6 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 			return err
 		}
 	}
-
-	pcfg := cfg.PipelineConfig()
 	pcfg.MaxBatchBytes = kc.BatchMaxBytes
 	pcfg.TopicLimits = limits
 	var relay *pipeline.Relay
@@ -122,7 +136,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if hb != nil {
 		pcfg.OnHeartbeat = hb.Seen
 	}
-	var producer pipeline.Producer = kcl
+	producer := relayProducer
 	if opts.wrap != nil {
 		rt, producer = opts.wrap(rt, producer)
 	}
