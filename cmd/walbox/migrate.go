@@ -68,6 +68,13 @@ func migrateMain(args []string, getenv func(string) string, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "walbox: migrate-from-debezium needs --debezium-config (WALBOX_DEBEZIUM_CONFIG): the connector's configuration names its offsets and its records\n")
 		return exitUsage
 	}
+	if cfg.Delivery == pipeline.DeliveryExactlyOnce {
+		// The takeover acknowledges the events Debezium already sent without
+		// producing them, which a Kafka transaction cannot express; and the
+		// state topic has no position yet, so nothing would be gained.
+		fmt.Fprintf(stderr, "walbox: migrate-from-debezium runs with --delivery at-least-once (Debezium's own guarantee); once it has confirmed a position, stop it and start `walbox run --delivery exactly-once` on the same slot\n")
+		return exitUsage
+	}
 	tr, err := cfg.DebeziumTranslation()
 	if err != nil {
 		fmt.Fprintf(stderr, "walbox: %v\n", oneLine(err))

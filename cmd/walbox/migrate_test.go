@@ -21,6 +21,7 @@ func TestMigrateUsageErrors(t *testing.T) {
 	}{
 		{"no debezium config", []string{"--pg-dsn", "postgres://x@db/app", "--kafka-brokers", "k:9092"}, "needs --debezium-config"},
 		{"both offsets", []string{"--debezium-config", conn, "--kafka-brokers", "k:9092", "--debezium-offsets", "f", "--debezium-offsets-topic", "t"}, "not both"},
+		{"exactly-once", []string{"--debezium-config", conn, "--kafka-brokers", "k:9092", "--debezium-offsets", "f", "--delivery", "exactly-once"}, "runs with --delivery at-least-once"},
 		{"no offsets", []string{"--debezium-config", conn, "--kafka-brokers", "k:9092"}, "no offsets"},
 	}
 	for _, tt := range tests {
