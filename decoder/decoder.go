@@ -73,7 +73,14 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (out Decoded, err 
 		return d.decodeRelation(walStart, data)
 	case msgMessage:
 		return d.decodeMessage(walStart, data)
-	case msgUpdate, msgDelete, msgTruncate, msgType, msgOrigin:
+	case msgUpdate, msgDelete:
+		// Not parsed beyond the relation they change (see Ignored).
+		ig := &Ignored{Kind: typ}
+		if len(data) >= 5 {
+			ig.Relation = d.relations[be32(data[1:])]
+		}
+		return ig, nil
+	case msgTruncate, msgType, msgOrigin:
 		// Not parsed: walbox only reads inserts into the outbox, and nothing
 		// in these messages changes what later messages mean (Type messages
 		// only name custom types, which the OIDs in Relation already identify).

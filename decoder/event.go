@@ -111,6 +111,12 @@ type Message struct {
 // Truncate, Type, Origin). Kind is the one-byte message type.
 type Ignored struct {
 	Kind byte
+	// Relation is the changed table of an Update or Delete, when the
+	// message is long enough to name it and the relation is known; nil
+	// otherwise. The pipeline needs it to apply a policy to UPDATEs of the
+	// outbox (Debezium's table.op.invalid.behavior); nothing else of these
+	// messages is parsed.
+	Relation *Relation
 }
 
 // Decoded is one of *Begin, *Commit, *Insert, *Message, *Relation or *Ignored.

@@ -94,3 +94,43 @@ func TestStreamingErrorExplains(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeIgnoredNamesRelation: Update and Delete carry the relation
+// they change once it is known, so the pipeline can apply a policy to
+// UPDATEs of the outbox; an unknown relation or a message too short to
+// name one gives none, as before.
+func TestDecodeIgnoredNamesRelation(t *testing.T) {
+	d := New()
+	if _, err := d.Decode(fixCommitLSN, fixRelation); err != nil {
+		t.Fatal(err)
+	}
+	rel := fixRelationWant()
+	tests := []struct {
+		name    string
+		in      []byte
+		wantRel bool
+	}{
+		{"update of a known relation", wire{'U'}.u32(rel.ID).u8('N').u16(0), true},
+		{"delete of a known relation", wire{'D'}.u32(rel.ID).u8('K').u16(0), true},
+		{"update of an unknown relation", wire{'U'}.u32(rel.ID + 1).u8('N').u16(0), false},
+		{"update too short to name one", []byte{'U', 0, 0}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := d.Decode(fixCommitLSN, tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ig, ok := got.(*Ignored)
+			if !ok {
+				t.Fatalf("got %T, want *Ignored", got)
+			}
+			if (ig.Relation != nil) != tt.wantRel {
+				t.Fatalf("Relation = %v, want one: %v", ig.Relation, tt.wantRel)
+			}
+			if tt.wantRel && ig.Relation.QualifiedName() != rel.QualifiedName() {
+				t.Errorf("Relation %s, want %s", ig.Relation.QualifiedName(), rel.QualifiedName())
+			}
+		})
+	}
+}

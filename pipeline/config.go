@@ -113,6 +113,13 @@ type Config struct {
 	// ("walbox.state"); State reads it (a KafkaState on this topic).
 	StateTopic string
 	State      StateStore
+	// OutboxUpdates is what an UPDATE of an outbox table does: "" (walbox's
+	// own mode) ignores it, as walbox routes inserts only; "warn" and
+	// "error" skip it with a log line at that level, and "fatal" stops the
+	// relay before anything after it is confirmed. It is Debezium's
+	// table.op.invalid.behavior; every update of an outbox table is
+	// counted in walbox_outbox_updates_total whatever the policy.
+	OutboxUpdates string
 	// TxnPhase, when set, is called by the loop at each phase of a Kafka
 	// transaction: PhaseProduced, PhaseCommitted, PhaseConfirmed. It is a
 	// test hook for crash tests; it must not block.
@@ -202,6 +209,11 @@ func (c Config) Validate() error {
 	}
 	if c.DedupWindow < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: dedup window %d is negative", c.DedupWindow))
+	}
+	switch c.OutboxUpdates {
+	case "", OutboxUpdatesWarn, OutboxUpdatesError, OutboxUpdatesFatal:
+	default:
+		errs = append(errs, fmt.Errorf("pipeline: outbox update policy %q is none of %s, %s, %s", c.OutboxUpdates, OutboxUpdatesWarn, OutboxUpdatesError, OutboxUpdatesFatal))
 	}
 	errs = append(errs, c.validateDelivery()...)
 	return errors.Join(errs...)

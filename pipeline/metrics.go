@@ -26,6 +26,7 @@ type metrics struct {
 	// reason so far; the label keeps room for others without renaming.
 	nonTransactionalSkipped prometheus.Counter
 	foreignChanges          prometheus.Counter
+	outboxUpdates           prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
 		foreignChanges: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_foreign_changes_total",
 			Help: "Inserts into tables of the publication that are not the outbox tables, not routed.",
+		}),
+		outboxUpdates: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_outbox_updates_total",
+			Help: "UPDATEs of an outbox table received; never routed (see Config.OutboxUpdates for what else they do).",
 		}),
 		eventsProduced: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_events_produced_total",

@@ -310,6 +310,10 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		key := replayKey{commit: m.CommitLSN, ord: l.ord}
 		l.ord++
 		return l.handleMessage(m, key)
+	case *decoder.Ignored:
+		if m.Kind == 'U' && m.Relation != nil && l.routes(m.Relation) {
+			return l.outboxUpdate(m.Relation, walStart)
+		}
 	case *decoder.Commit:
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)

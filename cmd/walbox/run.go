@@ -126,6 +126,11 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 			return err
 		}
 	}
+	if dbz != nil {
+		// Debezium's table.op.invalid.behavior, for the updates its
+		// publications carry.
+		pcfg.OutboxUpdates = dbz.tr.Router.OpInvalidBehavior
+	}
 	pcfg.MaxBatchBytes = kc.BatchMaxBytes
 	pcfg.TopicLimits = limits
 	var relay *pipeline.Relay
