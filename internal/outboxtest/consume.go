@@ -49,11 +49,11 @@ func NewConsumer(brokers []string, pattern string, opts ...ConsumerOption) (*Con
 		kgo.ConsumeTopics(pattern),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.MetadataMinAge(250*time.Millisecond),
+		kgo.MetadataMinAge(250 * time.Millisecond),
 		// Regex subscriptions only discover new topics on a metadata
 		// refresh; walbox creates topics as it goes.
 		kgo.MetadataMaxAge(time.Second),
-		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
 	}
 	for _, o := range opts {
 		o(&kopts) // a later isolation level replaces the earlier one
