@@ -156,6 +156,20 @@ type Config struct {
 	// HeartbeatInterval is how often a heartbeat message is emitted and the
 	// slot's lag read; 0 disables. Default 10s.
 	HeartbeatInterval time.Duration
+
+	// Delivery is "at-least-once" (default) or "exactly-once"
+	// (pipeline.Config.Delivery).
+	Delivery string
+	// TransactionalID is the Kafka transactional id in exactly-once mode;
+	// "" (default) means "walbox-<slot>".
+	TransactionalID string
+	// TransactionMaxRecords and TransactionMaxInterval bound one Kafka
+	// transaction in exactly-once mode; > 0. Defaults 10000 and 100ms.
+	TransactionMaxRecords  int
+	TransactionMaxInterval time.Duration
+	// StateTopic is the compacted topic of committed positions in
+	// exactly-once mode. Default "walbox.state".
+	StateTopic string
 }
 
 // ReplaySlotName returns the trailing slot's name: ReplaySlot, or
@@ -197,6 +211,11 @@ func Defaults() Config {
 		LogFormat:             "json",
 		Snapshot:              string(snapshot.ModeNone),
 		HeartbeatInterval:     10 * time.Second,
+
+		Delivery:               p.Delivery,
+		TransactionMaxRecords:  p.TransactionMaxRecords,
+		TransactionMaxInterval: p.TransactionMaxInterval,
+		StateTopic:             p.StateTopic,
 	}
 }
 

@@ -190,6 +190,46 @@ var options = []*option{
 		check:    func(c *Config) error { return checkInflightBytes(c.MaxInflightBytes, c.ProducerBatchMaxBytes) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.MaxInflightBytes = c.MaxInflightBytes },
 	},
+	{
+		flag: "delivery", env: "WALBOX_DELIVERY", yaml: "delivery", group: groupKafka,
+		help: "at-least-once (a crash may send again what was in flight) or exactly-once (Kafka transactions with the position in --state-topic; " +
+			"read_committed consumers see each outbox row once, whatever crashes)",
+		value:    enumValue("MODE", func(c *Config) *string { return &c.Delivery }, pipeline.Deliveries...),
+		pipeline: func(c *Config, p *pipeline.Config) { p.Delivery = c.Delivery },
+	},
+	{
+		flag: "transactional-id", env: "WALBOX_TRANSACTIONAL_ID", yaml: "transactional_id", group: groupKafka,
+		help: "Kafka transactional id with --delivery=exactly-once; empty means walbox-<slot>. Keep it stable per slot: " +
+			"a restart with the same id fences its predecessor and finds its committed position in --state-topic",
+		value:    stringValue("NAME", func(c *Config) *string { return &c.TransactionalID }),
+		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionalID = c.TransactionalID },
+	},
+	{
+		flag: "transaction-max-records", env: "WALBOX_TRANSACTION_MAX_RECORDS", yaml: "transaction_max_records", group: groupKafka,
+		help:     "With --delivery=exactly-once, commit a Kafka transaction at the first Postgres commit after it holds this many records",
+		value:    intValue(func(c *Config) *int { return &c.TransactionMaxRecords }),
+		check:    func(c *Config) error { return checkPositiveInt(c.TransactionMaxRecords) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionMaxRecords = c.TransactionMaxRecords },
+	},
+	{
+		flag: "transaction-max-interval", env: "WALBOX_TRANSACTION_MAX_INTERVAL", yaml: "transaction_max_interval", group: groupKafka,
+		help:     "With --delivery=exactly-once, commit a Kafka transaction at the first Postgres commit after it has been open this long",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.TransactionMaxInterval }),
+		check:    func(c *Config) error { return checkPositive(c.TransactionMaxInterval) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionMaxInterval = c.TransactionMaxInterval },
+	},
+	{
+		flag: "state-topic", env: "WALBOX_STATE_TOPIC", yaml: "state_topic", group: groupKafka,
+		help:  "With --delivery=exactly-once, the compacted topic (created if missing) holding each transactional id's committed position",
+		value: stringValue("NAME", func(c *Config) *string { return &c.StateTopic }),
+		check: func(c *Config) error {
+			if c.StateTopic == "" {
+				return badf("expected a topic name")
+			}
+			return nil
+		},
+		pipeline: func(c *Config, p *pipeline.Config) { p.StateTopic = c.StateTopic },
+	},
 
 	// Kafka security (package kafkasec; checks in kafkasec.go).
 	{

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/walbox/walbox/slotctl"
@@ -92,7 +93,42 @@ type Config struct {
 	// heartbeat.Prefix (a heartbeat.Monitor's Seen). Such messages are
 	// never routed, whatever this is.
 	OnHeartbeat func(content []byte)
+
+	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce.
+	// Exactly-once needs a TxnProducer (a client made by NewKafkaClient
+	// with KafkaConfig.TransactionalID set to TransactionalIDFor's value)
+	// and State; see txn.go.
+	Delivery string
+	// TransactionalID is the Kafka transactional id in exactly-once mode;
+	// empty means TransactionalIDFor(Slot), "walbox-<slot>".
+	TransactionalID string
+	// TransactionMaxRecords and TransactionMaxInterval bound a Kafka
+	// transaction (10000 records, 100ms): it is committed at the first
+	// Postgres transaction boundary after either is reached. A Postgres
+	// transaction is never split, so a larger one is a Kafka transaction of
+	// its own, held in memory no more than the in-flight limits allow.
+	TransactionMaxRecords  int
+	TransactionMaxInterval time.Duration
+	// StateTopic is the compacted topic the committed positions go to
+	// ("walbox.state"); State reads it (a KafkaState on this topic).
+	StateTopic string
+	State      StateStore
+	// TxnPhase, when set, is called by the loop at each phase of a Kafka
+	// transaction: PhaseProduced, PhaseCommitted, PhaseConfirmed. It is a
+	// test hook for crash tests; it must not block.
+	TxnPhase func(phase string)
 }
+
+// transactionalID returns the transactional id in use.
+func (c Config) transactionalID() string {
+	if c.TransactionalID != "" {
+		return c.TransactionalID
+	}
+	return TransactionalIDFor(c.Slot)
+}
+
+// TransactionalIDOrDefault returns TransactionalID, or the slot's default.
+func (c Config) TransactionalIDOrDefault() string { return c.transactionalID() }
 
 // DefaultConfig returns the defaults of every defaulted field; the
 // configuration package shows and applies these, so they are stated once.
@@ -108,6 +144,11 @@ func DefaultConfig() Config {
 		StandbyRetry:       time.Second,
 		BackoffMin:         500 * time.Millisecond,
 		BackoffMax:         30 * time.Second,
+
+		Delivery:               DeliveryAtLeastOnce,
+		TransactionMaxRecords:  10000,
+		TransactionMaxInterval: 100 * time.Millisecond,
+		StateTopic:             "walbox.state",
 	}
 }
 
@@ -122,6 +163,14 @@ func (c *Config) setDefaults() {
 	positiveOr(&c.SlotBusyTimeout, d.SlotBusyTimeout)
 	positiveOr(&c.StandbyRetry, d.StandbyRetry)
 	positiveOr(&c.BackoffMin, d.BackoffMin)
+	if c.Delivery == "" {
+		c.Delivery = d.Delivery
+	}
+	positiveOr(&c.TransactionMaxRecords, d.TransactionMaxRecords)
+	positiveOr(&c.TransactionMaxInterval, d.TransactionMaxInterval)
+	if c.StateTopic == "" {
+		c.StateTopic = d.StateTopic
+	}
 	if c.BackoffMax < c.BackoffMin {
 		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
 	}
@@ -154,7 +203,48 @@ func (c Config) Validate() error {
 	if c.DedupWindow < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: dedup window %d is negative", c.DedupWindow))
 	}
+	errs = append(errs, c.validateDelivery()...)
 	return errors.Join(errs...)
+}
+
+// validateDelivery checks the delivery mode and its transaction settings.
+// Zero means the default; only what a default cannot fix is reported.
+func (c Config) validateDelivery() []error {
+	var errs []error
+	if c.Delivery != "" && c.Delivery != DeliveryAtLeastOnce && c.Delivery != DeliveryExactlyOnce {
+		errs = append(errs, fmt.Errorf("pipeline: delivery %q is not one of %s, %s", c.Delivery, DeliveryAtLeastOnce, DeliveryExactlyOnce))
+	}
+	if c.TransactionMaxRecords < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: transaction max records %d is negative", c.TransactionMaxRecords))
+	}
+	if c.TransactionMaxInterval < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: transaction max interval %s is negative", c.TransactionMaxInterval))
+	}
+	if c.TransactionalID != "" && (strings.TrimSpace(c.TransactionalID) != c.TransactionalID || len(c.TransactionalID) > 249) {
+		errs = append(errs, fmt.Errorf("pipeline: transactional id %q has leading or trailing spaces or is longer than 249 bytes", c.TransactionalID))
+	}
+	if c.StateTopic != "" {
+		if err := checkTopicName(c.StateTopic); err != nil {
+			errs = append(errs, fmt.Errorf("pipeline: state topic: %w", err))
+		}
+	}
+	return errs
+}
+
+// checkTopicName applies Kafka's rules for topic names.
+func checkTopicName(t string) error {
+	if t == "." || t == ".." {
+		return fmt.Errorf("%q is not a valid Kafka topic name", t)
+	}
+	if len(t) > 249 {
+		return fmt.Errorf("%q is longer than 249 characters", t)
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q contains %q; Kafka topic names use only letters, digits, '.', '_' and '-'", t, r)
+		}
+	}
+	return nil
 }
 
 // tableSet returns Tables as a set of "schema.table", nil when empty. Call

@@ -37,7 +37,21 @@ type KafkaConfig struct {
 	// authenticates every connection (package kafkasec builds both).
 	TLS  *tls.Config
 	SASL sasl.Mechanism
+	// TransactionalID, when set, makes the client a transactional producer
+	// (Config.Delivery exactly-once); TransactionTimeout is then the
+	// broker-side limit of one transaction (DefaultTransactionTimeout when
+	// zero): an instance that dies with a transaction open holds back
+	// read_committed consumers of its partitions at most this long, unless
+	// a successor with the same id aborts it sooner.
+	TransactionalID    string
+	TransactionTimeout time.Duration
 }
+
+// DefaultTransactionTimeout is the transaction timeout of exactly-once
+// mode. It bounds the time to produce one Kafka transaction, so also one
+// Postgres transaction, however large; it must not exceed the brokers'
+// transaction.max.timeout.ms (15m by default).
+const DefaultTransactionTimeout = time.Minute
 
 // connOpts returns the options that say how to reach and authenticate to
 // the brokers; every client built from a KafkaConfig starts with them.
@@ -100,6 +114,10 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	if reg != nil {
 		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("walbox_kafka", kprom.Registerer(reg))))
 	}
+	if c.TransactionalID != "" {
+		opts = append(opts, kgo.TransactionalID(c.TransactionalID),
+			kgo.TransactionTimeout(cmpOr(c.TransactionTimeout, DefaultTransactionTimeout)))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: create client for brokers %v: %w", c.Brokers, err)
@@ -148,4 +166,11 @@ func BrokerMessageMaxBytes(ctx context.Context, c KafkaConfig) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("broker %d does not report message.max.bytes", id)
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }

@@ -69,6 +69,9 @@ type Relay struct {
 	standby atomic.Bool
 	// confirmed is the position last sent to the server in a status update.
 	confirmed atomic.Uint64
+
+	// eos is the exactly-once state (txn.go); nil in at-least-once mode.
+	eos *eosState
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
@@ -88,6 +91,20 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 	}
 	r.metrics = newMetrics(reg, r.inflight)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
+	if cfg.Delivery == DeliveryExactlyOnce {
+		txp, ok := producer.(TxnProducer)
+		if !ok {
+			return nil, fmt.Errorf("pipeline: delivery %s needs a transactional producer (a *kgo.Client with a transactional id), got %T", DeliveryExactlyOnce, producer)
+		}
+		if cfg.State == nil {
+			return nil, fmt.Errorf("pipeline: delivery %s needs Config.State (a KafkaState on %q)", DeliveryExactlyOnce, cfg.StateTopic)
+		}
+		r.eos = newEOSState(cfg, txp, reg)
+		// The dedup window remembers acknowledged records, but in a
+		// transaction an acknowledged record is not committed: the state
+		// topic decides what is skipped instead.
+		r.dedup = nil
+	}
 	r.tables = cfg.tableSet()
 	return r, nil
 }
@@ -124,6 +141,9 @@ func (r *Relay) failureErr() error {
 // Postgres connection are retried with capped exponential backoff.
 func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	r.tracker = checkpoint.New(start)
+	if r.eos != nil {
+		r.eos.safe = start
+	}
 	r.metrics.confirmedLSN.Set(float64(start))
 	attempt := 0
 	var busySince time.Time
@@ -143,7 +163,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			// error is only the interrupted call's.
 			return nil
 		}
-		if !IsRetryable(err) {
+		if !IsRetryable(err) && !isTxnAborted(err) {
 			return err
 		}
 		if streamed {

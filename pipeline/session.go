@@ -38,6 +38,11 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// A new walsender session re-sends Relation messages and every
 	// transaction after the confirmed position, whole.
 	r.dec.Reset()
+	if r.eos != nil {
+		// Acks of an aborted transaction's records count in the tracker:
+		// start again from what Kafka committed.
+		r.tracker = checkpoint.New(r.eos.safe)
+	}
 	start := r.tracker.Rewind()
 	args := []string{
 		"proto_version '1'",
@@ -53,6 +58,13 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
 	}
 	r.leaveStandby()
+	if r.eos != nil {
+		// Only now, holding the slot: loading the producer id fences any
+		// other producer with this transactional id.
+		if err := r.eosStartSession(ctx); err != nil {
+			return false, err
+		}
+	}
 	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String())
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
@@ -61,7 +73,11 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit}
 	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
 	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
-	return true, l.run(ctx)
+	err = l.run(ctx)
+	if r.eos != nil {
+		l.eosEndSession(ctx)
+	}
+	return true, err
 }
 
 func connectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
@@ -143,6 +159,11 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if l.eos != nil {
+			if err := l.eosTick(ctx); err != nil {
+				return err
+			}
+		}
 		l.produceRerouted()
 		if l.inflight.full() {
 			l.waitForAcks(ctx)
@@ -151,7 +172,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.lastReceive = time.Now()
 			continue
 		}
-		if err := l.receive(l.nextStatus); err != nil {
+		if err := l.receive(l.wakeAt()); err != nil {
 			if pgconn.Timeout(err) || (ctx.Err() != nil && !l.conn.IsClosed()) {
 				continue
 			}
@@ -296,6 +317,9 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		}
 		l.metrics.transactions.Inc()
 		l.metrics.receivedLSN.Set(float64(m.EndLSN))
+		if l.eos != nil {
+			l.eosUnitDone(m.CommitLSN, m.EndLSN)
+		}
 	}
 	return nil
 }
@@ -305,6 +329,9 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 // come again, so a transaction past them ends the replay and later changes
 // cost one comparison.
 func (l *loop) replayed(key replayKey) bool {
+	if l.eosSkips(key.commit) {
+		return true
+	}
 	if key.commit <= l.replayUntil {
 		if l.dedup.seen(key) {
 			l.metrics.duplicatesSkipped.Inc()
@@ -337,6 +364,9 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 	rec, err := l.checkSize(routed.Record, m)
 	if err != nil {
 		return err
+	}
+	if l.eos != nil {
+		rec = l.eosDivert(rec, m)
 	}
 	l.txn.Add(1)
 	l.dedup.remember(key)
@@ -434,6 +464,9 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	l.dedup.remember(key)
 	l.produce(rec, im)
+	if standalone && l.eos != nil {
+		l.eosUnitDone(m.LSN, m.LSN)
+	}
 	return nil
 }
 
@@ -479,12 +512,19 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 	m.size = recordSize(rec)
 	rec.Context = m
 	l.inflight.add(m.size)
+	if l.eos != nil {
+		l.eosBeforeProduce()
+	}
 	l.producer.Produce(l.produceCtx, rec, l.promise)
 }
 
 // settle runs in a franz-go callback goroutine; promise (built once per
 // session) calls it with the record's inflightRecord.
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
+	if err != nil && l.eos != nil {
+		l.eosSettleError(rec, m, err)
+		return
+	}
 	if err != nil {
 		l.metrics.produceErrors.Inc()
 		if tooLarge(err) && !l.recordTooLarge(rec) {
@@ -561,6 +601,12 @@ func recordSize(rec *kgo.Record) int64 {
 func (l *loop) sendStatus(ctx context.Context) error {
 	lsn := l.tracker.Confirmed()
 	l.nextStatus = time.Now().Add(l.cfg.StatusInterval)
+	if l.eos != nil {
+		if l.eos.fenced {
+			return nil // another producer owns the id: confirm nothing more
+		}
+		lsn = l.eos.confirmable(lsn)
+	}
 	if lsn == 0 {
 		return nil
 	}
@@ -613,6 +659,12 @@ func (l *loop) confirmBeforeFailing(cause error) {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
 	l.drain(sctx)
+	if l.eos != nil {
+		if l.eos.fenced {
+			return
+		}
+		l.eosFinish(sctx)
+	}
 	if err := l.sendStatus(sctx); err != nil {
 		l.log.Warn("could not confirm the events before the failure", "err", err, "cause", cause)
 		return
@@ -671,6 +723,9 @@ func (l *loop) stop() error {
 		l.tracker.Abandon()
 	}
 	l.drain(sctx)
+	if l.eos != nil {
+		l.eosFinish(sctx)
+	}
 	if err := l.failureErr(); err != nil {
 		return err
 	}

@@ -57,11 +57,27 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	limits := pipeline.NewKafkaTopicLimits()
 	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 1
 	kc.TopicLimits = limits
-	kcl, err := pipeline.NewKafkaClient(kc, log, reg)
+	pcfg := cfg.PipelineConfig()
+	// In exactly-once mode the relay's transactional client carries the
+	// walbox_kafka_ metrics; kcl only serves the snapshot and /readyz.
+	kreg := prometheus.Registerer(reg)
+	if cfg.Delivery == pipeline.DeliveryExactlyOnce {
+		kreg = nil
+	}
+	kcl, err := pipeline.NewKafkaClient(kc, log, kreg)
 	if err != nil {
 		return err
 	}
 	defer kcl.Close()
+	var relayProducer pipeline.Producer = kcl
+	tcl, err := exactlyOnce(cfg, kc, &pcfg, log, reg)
+	if err != nil {
+		return err
+	}
+	if tcl != nil {
+		defer tcl.Close()
+		relayProducer = tcl
+	}
 
 	// After the Kafka client: a takeover (--snapshot) produces the
 	// snapshot's rows with it before streaming starts.
@@ -73,7 +89,6 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 		return err
 	}
 
-	pcfg := cfg.PipelineConfig()
 	pcfg.MaxBatchBytes = kc.BatchMaxBytes
 	pcfg.TopicLimits = limits
 	var relay *pipeline.Relay
@@ -84,7 +99,7 @@ func runRelay(ctx context.Context, cfg config.Config, logOut io.Writer) (err err
 	if hb != nil {
 		pcfg.OnHeartbeat = hb.Seen
 	}
-	relay, err = pipeline.New(pcfg, kcl, rt, reg, log)
+	relay, err = pipeline.New(pcfg, relayProducer, rt, reg, log)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/pipeline"
+)
+
+// crashAtEnv names the crash-test hook's environment variable; see
+// crashHook.
+const crashAtEnv = "WALBOX_TEST_CRASH_AT"
+
+// exactlyOnce prepares --delivery=exactly-once: a transactional client of
+// the relay's own (the plain client keeps serving the snapshot takeover,
+// which produces outside transactions, and /readyz), the state store, and
+// the crash-test hook when crashAtEnv is set. In at-least-once mode it
+// returns nil and leaves pcfg alone. The caller closes the client.
+func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Config, log *slog.Logger, reg prometheus.Registerer) (*kgo.Client, error) {
+	if cfg.Delivery != pipeline.DeliveryExactlyOnce {
+		return nil, nil
+	}
+	hook, err := crashHook(os.Getenv(crashAtEnv))
+	if err != nil {
+		return nil, err
+	}
+	kc.TransactionalID = pcfg.TransactionalIDOrDefault()
+	// Room for the state record on top of the in-flight limit.
+	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 2
+	cl, err := pipeline.NewKafkaClient(kc, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	kc.TopicLimits = nil
+	pcfg.State = pipeline.NewKafkaState(kc, cfg.StateTopic)
+	pcfg.TxnPhase = hook
+	log.Info("exactly-once delivery", "transactional_id", kc.TransactionalID, "state_topic", cfg.StateTopic,
+		"transaction_max_records", cfg.TransactionMaxRecords, "transaction_max_interval", cfg.TransactionMaxInterval.String())
+	return cl, nil
+}
+
+// crashHook is a TEST HOOK for the exactly-once crash tests, not a
+// feature: with WALBOX_TEST_CRASH_AT=<phase>:<n> (phase produced, committed
+// or confirmed; see pipeline.PhaseProduced and the others; n from 1) walbox
+// SIGKILLs itself at the n-th time its relay reaches that phase of a Kafka
+// transaction, so a test can kill it exactly between produce and commit,
+// between commit and slot confirm, or after the confirm. An empty spec
+// returns a nil hook: none is installed.
+func crashHook(spec string) (func(string), error) {
+	if spec == "" {
+		return nil, nil
+	}
+	phase, count, ok := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(count)
+	if !ok || err != nil || n < 1 ||
+		(phase != pipeline.PhaseProduced && phase != pipeline.PhaseCommitted && phase != pipeline.PhaseConfirmed) {
+		return nil, fmt.Errorf("%s=%q: expected <phase>:<n> with phase %s, %s or %s and n >= 1 (a test hook; unset it in production)",
+			crashAtEnv, spec, pipeline.PhaseProduced, pipeline.PhaseCommitted, pipeline.PhaseConfirmed)
+	}
+	var seen atomic.Int64
+	return func(p string) {
+		if p != phase || seen.Add(1) != int64(n) {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "walbox: %s=%s: killing myself at phase %s\n", crashAtEnv, spec, p)
+		self, err := os.FindProcess(os.Getpid())
+		if err == nil {
+			err = self.Kill() // SIGKILL on Unix
+		}
+		if err != nil {
+			os.Exit(137)
+		}
+		select {} // the signal is on its way
+	}, nil
+}

@@ -1,0 +1,264 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Delivery modes (Config.Delivery).
+const (
+	// DeliveryAtLeastOnce confirms the slot once Kafka acknowledged every
+	// record before the position; a crash sends again what was in flight.
+	DeliveryAtLeastOnce = "at-least-once"
+	// DeliveryExactlyOnce produces in Kafka transactions that also record
+	// the position they cover in the state topic, and confirms the slot only
+	// after the transaction committed; a read_committed consumer sees every
+	// outbox row exactly once, whatever crashes. See eos.go and txn.go.
+	DeliveryExactlyOnce = "exactly-once"
+)
+
+// Deliveries lists the valid Config.Delivery values.
+var Deliveries = []string{DeliveryAtLeastOnce, DeliveryExactlyOnce}
+
+// Transaction phases passed to Config.TxnPhase.
+const (
+	// PhaseProduced: every record of a Kafka transaction, the state record
+	// included, is acknowledged; the commit has not been sent.
+	PhaseProduced = "produced"
+	// PhaseCommitted: the Kafka transaction committed; the slot has not been
+	// confirmed to the position it covers.
+	PhaseCommitted = "committed"
+	// PhaseConfirmed: the status update confirming that position was sent.
+	PhaseConfirmed = "confirmed"
+)
+
+// TransactionalIDFor returns the default transactional id of a slot,
+// "walbox-<slot>". It must be stable across restarts: a restarted walbox
+// with the same id fences its predecessor and completes or aborts the
+// transaction the predecessor left open, and its position in the state topic
+// is found under that id.
+func TransactionalIDFor(slot string) string { return "walbox-" + slot }
+
+// ErrFenced is wrapped by the error walbox stops with when another producer
+// with the same transactional id took over.
+var ErrFenced = errors.New("kafka producer fenced")
+
+// FencedError reports that another producer with the same transactional id
+// (a second walbox on the same slot, usually) bumped the producer epoch: this
+// instance can no longer commit, and must not confirm anything more.
+type FencedError struct {
+	TransactionalID string
+	Err             error
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id: %v",
+		ErrFenced, e.TransactionalID, e.Err)
+}
+
+func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Err} }
+
+// isFenced reports whether err means another producer with our
+// transactional id took over.
+func isFenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+// txnAbortedError ends a session whose Kafka transaction was aborted (a
+// produce error, a failed commit, a lost replication connection with a
+// transaction open): the relay reconnects, reads the committed position from
+// the state topic again and produces again from there.
+type txnAbortedError struct{ err error }
+
+func (e *txnAbortedError) Error() string {
+	return "kafka transaction aborted; restarting from the committed position: " + e.err.Error()
+}
+func (e *txnAbortedError) Unwrap() error { return e.err }
+
+func isTxnAborted(err error) bool {
+	var t *txnAbortedError
+	return errors.As(err, &t)
+}
+
+// TxnProducer is the part of a transactional *kgo.Client the relay uses in
+// exactly-once mode.
+type TxnProducer interface {
+	Producer
+	BeginTransaction() error
+	EndTransaction(ctx context.Context, commit kgo.TransactionEndTry) error
+	AbortBufferedRecords(ctx context.Context) error
+	// ProducerID loads the producer id: with a transactional id this fences
+	// any predecessor and completes or aborts the transaction it left open.
+	ProducerID(ctx context.Context) (int64, int16, error)
+}
+
+var _ TxnProducer = (*kgo.Client)(nil)
+
+// StatePosition is what one committed Kafka transaction covers: the commit
+// LSN and end LSN of the last Postgres transaction in it.
+type StatePosition struct {
+	CommitLSN pglogrepl.LSN
+	EndLSN    pglogrepl.LSN
+}
+
+// StateStore reads the state topic. Implementations must be safe for
+// concurrent use; KafkaState is walbox's.
+type StateStore interface {
+	// Topic is the state topic's name; the relay writes the position record
+	// to it inside each transaction.
+	Topic() string
+	// Ensure creates the topic if it is missing; the relay calls it once,
+	// before it first reads.
+	Ensure(ctx context.Context) error
+	// Last returns the position last committed under key, the zero
+	// position if there is none. It reads only committed records.
+	Last(ctx context.Context, key string) (StatePosition, error)
+}
+
+// stateValue is the JSON value of a state record.
+type stateValue struct {
+	Slot      string `json:"slot"`
+	CommitLSN string `json:"commit_lsn"`
+	EndLSN    string `json:"end_lsn"`
+	// Records is the number of outbox records in the transaction.
+	Records int `json:"records"`
+}
+
+func encodeState(slot string, p StatePosition, records int) []byte {
+	b, _ := json.Marshal(stateValue{Slot: slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records})
+	return b
+}
+
+func decodeState(b []byte) (StatePosition, error) {
+	var v stateValue
+	if err := json.Unmarshal(b, &v); err != nil {
+		return StatePosition{}, err
+	}
+	c, err := pglogrepl.ParseLSN(v.CommitLSN)
+	if err != nil {
+		return StatePosition{}, fmt.Errorf("commit_lsn: %w", err)
+	}
+	e, err := pglogrepl.ParseLSN(v.EndLSN)
+	if err != nil {
+		return StatePosition{}, fmt.Errorf("end_lsn: %w", err)
+	}
+	return StatePosition{CommitLSN: c, EndLSN: e}, nil
+}
+
+// KafkaState is the StateStore walbox runs with: a compacted topic with one
+// partition, keyed by transactional id, read with read_committed.
+type KafkaState struct {
+	kc    KafkaConfig
+	topic string
+}
+
+var _ StateStore = (*KafkaState)(nil)
+
+// NewKafkaState returns the state store on topic, reached with kc's brokers,
+// TLS and SASL.
+func NewKafkaState(kc KafkaConfig, topic string) *KafkaState {
+	return &KafkaState{kc: kc, topic: topic}
+}
+
+// Topic returns the state topic's name.
+func (s *KafkaState) Topic() string { return s.topic }
+
+// Ensure creates the state topic if it is missing: one partition (the
+// positions of one key must stay in order), cleanup.policy=compact (only the
+// last position of each key matters), the brokers' default replication.
+func (s *KafkaState) Ensure(ctx context.Context) error {
+	cl, err := kgo.NewClient(s.kc.connOpts()...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	// Look first: creating needs CREATE permission even when the topic
+	// exists, and an operator may have created it for a walbox without it.
+	if td, err := adm.ListTopics(ctx, s.topic); err == nil && td.Has(s.topic) && td[s.topic].Err == nil {
+		return nil
+	}
+	compact := "compact"
+	_, err = adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, s.topic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create the state topic %q (1 partition, cleanup.policy=compact): %w; create it yourself, or grant walbox CREATE on the cluster, or set --state-topic to an existing compacted topic", s.topic, err)
+	}
+	return nil
+}
+
+// Last reads the state topic from the start to its last stable offset, with
+// read_committed, and returns the last position recorded under key.
+//
+// The topic is compacted, so this reads about one record per key plus what
+// the cleaner has not reached yet. Control records (transaction markers) are
+// kept so the read ends exactly at the last stable offset even when the last
+// records before it were aborted.
+func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error) {
+	var zero StatePosition
+	cl, err := kgo.NewClient(append(s.kc.connOpts(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)...)
+	if err != nil {
+		return zero, err
+	}
+	defer cl.Close()
+	offsets, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, s.topic)
+	if err != nil {
+		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, err)
+	}
+	lo, ok := offsets.Lookup(s.topic, 0)
+	if !ok {
+		return zero, fmt.Errorf("state topic %q: partition 0 not listed; does the topic exist?", s.topic)
+	}
+	if lo.Err != nil {
+		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, lo.Err)
+	}
+	end := lo.Offset
+	var pos StatePosition
+	next := int64(0)
+	for next < end {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return zero, err
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return zero, fmt.Errorf("read the state topic %q: %w", s.topic, ferr)
+		}
+		var derr error
+		fs.EachRecord(func(r *kgo.Record) {
+			next = max(next, r.Offset+1)
+			if r.Offset >= end || r.Attrs.IsControl() || string(r.Key) != key {
+				return
+			}
+			p, err := decodeState(r.Value)
+			if err != nil {
+				derr = fmt.Errorf("state topic %q offset %d (key %q): %w; the topic holds records walbox did not write: give --state-topic a topic of walbox's own", s.topic, r.Offset, key, err)
+				return
+			}
+			pos = p
+		})
+		if derr != nil {
+			return zero, derr
+		}
+	}
+	return pos, nil
+}
+
+// stateRecord is the record that states, inside a Kafka transaction, the
+// position it covers.
+func stateRecord(topic, key, slot string, p StatePosition, records int) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: encodeState(slot, p, records)}
+}

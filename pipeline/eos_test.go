@@ -1,0 +1,422 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walbox/walbox/checkpoint"
+	"github.com/walbox/walbox/internal/logbuf"
+	"github.com/walbox/walbox/router"
+)
+
+const eosTopic = "outbox.event.order"
+
+// eosCluster starts an in-process Kafka with the outbox topic.
+func eosCluster(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, eosTopic, "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// eosLoop is a relay in exactly-once mode with a transactional client on c,
+// driven without a replication connection like testLoop.
+type eosLoop struct {
+	*loop
+	relay *Relay
+	cl    *kgo.Client
+	reg   *prometheus.Registry
+	log   *logbuf.Buffer
+}
+
+func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN) *eosLoop {
+	t.Helper()
+	cfg.ConnString, cfg.Slot, cfg.Publication = "postgres://127.0.0.1:1/none", "walbox", "walbox"
+	cfg.Delivery = DeliveryExactlyOnce
+	kc := KafkaConfig{Brokers: c.ListenAddrs(), TransactionalID: TransactionalIDFor("walbox")}
+	lb := &logbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(lb, nil))
+	cl, err := NewKafkaClient(kc, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	cfg.State = NewKafkaState(KafkaConfig{Brokers: c.ListenAddrs()}, "walbox.state")
+	rt, err := router.New(router.Config{DeadLetterTopic: cfg.DeadLetterTopic, InvalidRows: invalidRows(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r, err := New(cfg, cl, rt, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tracker = checkpoint.New(start)
+	r.eos.safe = start
+	el := &eosLoop{relay: r, cl: cl, reg: reg, log: lb}
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	return el
+}
+
+// newSession starts a session as session() does: tracker reset to what
+// Kafka committed, producer id loaded, position read.
+func (el *eosLoop) newSession(t *testing.T) error {
+	t.Helper()
+	r := el.relay
+	r.dec.Reset()
+	r.tracker = checkpoint.New(r.eos.safe)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.eosStartSession(ctx); err != nil {
+		return err
+	}
+	l := &loop{Relay: r, produceCtx: context.Background(), lastReceive: time.Now(),
+		receiveTimeout: r.cfg.ReceiveTimeout, replayUntil: r.lastCommit}
+	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
+	el.loop = l
+	return nil
+}
+
+func (el *eosLoop) wal(t *testing.T, data []byte) {
+	t.Helper()
+	if err := el.handleWAL(0, data); err != nil {
+		t.Fatalf("handleWAL(%q): %v", data[0], err)
+	}
+}
+
+// txn feeds one Postgres transaction committing at commit with rows
+// payloads, then lets the loop commit what is due.
+func (el *eosLoop) txn(t *testing.T, commit pglogrepl.LSN, payloads ...string) error {
+	t.Helper()
+	el.wal(t, pgRelation(outboxRel, "public", "outbox"))
+	el.wal(t, pgBegin(commit, uint32(commit)))
+	for _, p := range payloads {
+		el.wal(t, pgInsert(outboxRel, "id-"+p, "a", fmt.Sprintf(`{"n":%q}`, p)))
+	}
+	el.wal(t, pgCommit(commit))
+	return el.tick(t)
+}
+
+// txnFlushed is txn with the rows' produce requests sent before the
+// commit, so that they do not share a request with the state record.
+func (el *eosLoop) txnFlushed(t *testing.T, commit pglogrepl.LSN, payloads ...string) error {
+	t.Helper()
+	el.wal(t, pgRelation(outboxRel, "public", "outbox"))
+	el.wal(t, pgBegin(commit, uint32(commit)))
+	for _, p := range payloads {
+		el.wal(t, pgInsert(outboxRel, "id-"+p, "a", fmt.Sprintf(`{"n":%q}`, p)))
+	}
+	if err := el.cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	el.wal(t, pgCommit(commit))
+	return el.tick(t)
+}
+
+func (el *eosLoop) tick(t *testing.T) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return el.eosTick(ctx)
+}
+
+// finish commits what is open, as a clean stop does.
+func (el *eosLoop) finish(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	el.drain(ctx)
+	el.eosFinish(ctx)
+}
+
+// readCommitted returns the payloads a read_committed consumer sees on
+// topics, reading to each partition's last stable offset.
+func readCommitted(t *testing.T, c *kfake.Cluster, topics ...string) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []string
+	// Poll until a poll with a deadline returns nothing more: the topics
+	// are quiet, every transaction of the test has ended.
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			if r.Topic == "dlq" {
+				out = append(out, "dlq:"+header(r, "event_id"))
+				return
+			}
+			out = append(out, strings.Trim(strings.TrimPrefix(string(r.Value), `{"n":`), `"}`))
+		})
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+func TestEOSBatchesWholePostgresTransactions(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 3, TransactionMaxInterval: time.Hour}, 1)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(el.txn(t, 0x1000, "a1", "a2")) // 2 records: below the bound, stays open
+	if n := testutil.ToFloat64(el.eos.m.committed); n != 0 {
+		t.Fatalf("committed %v transactions after 2 records, want 0", n)
+	}
+	if got := el.eos.confirmable(el.tracker.Confirmed()); got != 1 {
+		t.Fatalf("confirmable %s with the kafka transaction open, want the start 0/1", got)
+	}
+	must(el.txn(t, 0x2000, "b1", "b2")) // 4 >= 3: committed at this boundary
+	if n := testutil.ToFloat64(el.eos.m.committed); n != 1 {
+		t.Fatalf("committed %v transactions, want 1", n)
+	}
+	if got, want := el.eos.safe, pglogrepl.LSN(0x2010); got != want {
+		t.Fatalf("safe position %s after the commit, want the end of B %s", got, want)
+	}
+	// A Postgres transaction larger than the bound is one Kafka
+	// transaction of its own, not split.
+	must(el.txn(t, 0x3000, "c1", "c2", "c3", "c4", "c5"))
+	if n := testutil.ToFloat64(el.eos.m.committed); n != 2 {
+		t.Fatalf("committed %v transactions, want 2", n)
+	}
+	must(el.txn(t, 0x4000, "d1"))
+	el.finish(t) // a clean stop commits the open one
+	if n := testutil.ToFloat64(el.eos.m.committed); n != 3 {
+		t.Fatalf("committed %v transactions, want 3", n)
+	}
+	got := readCommitted(t, c, eosTopic)
+	want := "a1 a2 b1 b2 c1 c2 c3 c4 c5 d1"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("read_committed saw %v, want %s", got, want)
+	}
+	pos, err := el.eos.state.Last(context.Background(), TransactionalIDFor("walbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos != (StatePosition{CommitLSN: 0x4000, EndLSN: 0x4010}) {
+		t.Fatalf("state position %+v, want commit 0/4000 end 0/4010", pos)
+	}
+	hist := testutil.CollectAndCount(el.reg, "walbox_kafka_transaction_records")
+	if hist != 1 {
+		t.Fatalf("records histogram series = %d", hist)
+	}
+}
+
+// TestEOSSkipsWhatKafkaCommittedOnRestart: the slot's confirmed position
+// lags (a crash between commit and confirm); the next instance skips what
+// the state topic shows committed.
+func TestEOSSkipsWhatKafkaCommittedOnRestart(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
+	first := newEOSLoop(t, c, cfg, 1)
+	if err := first.txn(t, 0x1000, "a1", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	// The first instance dies here, the slot never confirmed: the next
+	// starts from 0/1 and the server sends A and B again.
+	second := newEOSLoop(t, c, cfg, 1)
+	for _, tx := range []struct {
+		commit pglogrepl.LSN
+		rows   []string
+	}{{0x1000, []string{"a1", "a2"}}, {0x2000, []string{"b1"}}, {0x3000, []string{"c1"}}} {
+		if err := second.txn(t, tx.commit, tx.rows...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.ToFloat64(second.eos.m.skipped); n != 2 {
+		t.Fatalf("skipped %v transactions, want 2 (A and B)", n)
+	}
+	if got := second.eos.safe; got != 0x3010 {
+		t.Fatalf("safe %s, want 0/3010", got)
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 a2 b1 c1" {
+		t.Fatalf("read_committed saw %q, want each row once: a1 a2 b1 c1", got)
+	}
+	if !strings.Contains(second.log.String(), "skipped every transaction committed in Kafka before this session") {
+		t.Fatalf("no log of the skips:\n%s", second.log.String())
+	}
+}
+
+// TestEOSAbortLeavesNothingVisible: a produce error aborts the open Kafka
+// transaction; read_committed sees none of it, the slot is not confirmed
+// past it, and the next session produces it again.
+func TestEOSAbortLeavesNothingVisible(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 3, TransactionMaxInterval: time.Hour}, 1)
+	if err := el.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	el.finish(t)
+	// B's records are acknowledged, then C's produce request fails for
+	// good (not retriable), which spoils the transaction holding B.
+	if err := el.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.PolicyViolation.Code // not retriable, not the record's fault
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	el.wal(t, pgBegin(0x3000, 3))
+	el.wal(t, pgInsert(outboxRel, "id-c1", "a", `{"n":"c1"}`))
+	el.wal(t, pgCommit(0x3000))
+	if err := el.cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err := el.tick(t)
+	if !isTxnAborted(err) {
+		t.Fatalf("tick after the refusal: %v, want a transaction abort", err)
+	}
+	if n := testutil.ToFloat64(el.eos.m.aborted); n != 1 {
+		t.Fatalf("aborted %v, want 1", n)
+	}
+	if got := el.eos.confirmable(el.tracker.Confirmed()); got != 0x1010 {
+		t.Fatalf("confirmable after the abort %s, want the end of A 0/1010 (B's acks belong to the aborted transaction)", got)
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1" {
+		t.Fatalf("read_committed saw %q after the abort, want only a1", got)
+	}
+	// The restarted session receives B and C again and commits them.
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.txn(t, 0x3000, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	el.finish(t)
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 b1 c1" {
+		t.Fatalf("read_committed saw %q, want a1 b1 c1", got)
+	}
+}
+
+// TestEOSRefusedRecordIsDeadLetteredOnRetry: a record Kafka refuses for
+// what it is aborts the transaction; with a dead-letter topic the retry
+// sends it there instead, so the retry cannot loop.
+func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq"}, 1)
+	td, err := kadm.NewClient(el.cl).ListTopics(context.Background(), eosTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := td[eosTopic].ID
+	refuse := func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		if len(req.Topics) != 1 || (req.Topics[0].Topic != eosTopic && req.Topics[0].TopicID != id) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = req.Topics[0].Topic, req.Topics[0].TopicID
+		sp := kmsg.NewProduceResponseTopicPartition()
+		sp.ErrorCode = kerr.InvalidRecord.Code
+		st.Partitions = append(st.Partitions, sp)
+		resp.Topics = append(resp.Topics, st)
+		return resp, nil, true
+	}
+	c.ControlKey(int16(kmsg.Produce), refuse)
+	err = el.txnFlushed(t, 0x1000, "a1")
+	if !isTxnAborted(err) {
+		t.Fatalf("commit of the refused record: %v, want an abort", err)
+	}
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	c.ControlKey(int16(kmsg.Produce), refuse) // it would refuse it again
+	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if err := el.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatalf("after the retry: %v", err)
+	}
+	got := strings.Join(readCommitted(t, c, eosTopic, "dlq"), " ")
+	if got != "dlq:id-a1 b1" && got != "b1 dlq:id-a1" {
+		t.Fatalf("read_committed saw %q, want a1 dead-lettered and b1", got)
+	}
+}
+
+// TestEOSFencedInstanceStopsAndNeverConfirms: a second instance with the
+// same transactional id fences the first; the first's commit fails, it
+// stops with an error naming the id, and it confirms nothing afterwards.
+func TestEOSFencedInstanceStopsAndNeverConfirms(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour}
+	first := newEOSLoop(t, c, cfg, 1)
+	if err := first.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	_ = newEOSLoop(t, c, cfg, 1) // loads the producer id: fences the first
+	first.eos.full = true
+	err := first.tick(t)
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("commit of the fenced instance: %v, want ErrFenced", err)
+	}
+	if !strings.Contains(err.Error(), `"walbox-walbox"`) {
+		t.Fatalf("error does not name the transactional id: %v", err)
+	}
+	if !errors.Is(first.relay.failureErr(), ErrFenced) {
+		t.Fatalf("relay failure = %v, want ErrFenced", first.relay.failureErr())
+	}
+	if !first.eos.fenced || first.eos.safe != 1 {
+		t.Fatalf("fenced %v safe %s, want fenced and nothing confirmed past 0/1", first.eos.fenced, first.eos.safe)
+	}
+	// sendStatus must not send anything now (it would panic on the nil
+	// connection if it tried).
+	if err := first.sendStatus(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "" {
+		t.Fatalf("read_committed saw %q from the fenced instance, want nothing", got)
+	}
+}

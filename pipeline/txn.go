@@ -1,0 +1,536 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/router"
+)
+
+// Exactly-once delivery (Config.Delivery = DeliveryExactlyOnce).
+//
+// The loop produces into a Kafka transaction that it begins with the first
+// record after a commit. Whole Postgres transactions go into it, never part
+// of one: it is committed only between two Postgres transactions, once it
+// holds TransactionMaxRecords records or has been open for
+// TransactionMaxInterval. Before the commit the loop produces, in the same
+// transaction, a record to the state topic keyed by the transactional id
+// that names the commit LSN and end LSN of the last Postgres transaction in
+// it, and flushes. Only after EndTransaction succeeded may the slot be
+// confirmed past the transaction's first Postgres transaction
+// (eosState.confirmable).
+//
+// A new session (start, reconnect, restart after an abort) first loads the
+// producer id, which fences a predecessor with the same transactional id
+// and completes or aborts the transaction it left, then reads the last
+// position committed under the id (read_committed) and skips every Postgres
+// transaction that committed at or before it: the slot's confirmed position
+// may lag behind what Kafka committed (a crash between commit and confirm),
+// and what was committed must not be produced twice.
+//
+// franz-go runs one transaction at a time per producer (EndTransaction
+// requires a flush, and producing is not allowed until it returns), so the
+// loop stops reading WAL for the flush and the commit; the batching bounds
+// amortise that pause.
+//
+// What if the process dies:
+//   - while producing, or between "produced" and the commit: the broker
+//     aborts the open transaction when the next instance loads the producer
+//     id (or after the transaction timeout); nothing of it is visible to
+//     read_committed consumers, and the slot was not confirmed past it, so
+//     it is produced again;
+//   - between the commit and the slot confirm: the slot sends the
+//     transactions again, and the state topic says they are committed, so
+//     they are skipped;
+//   - after the confirm: nothing is sent again.
+
+// eosState is the exactly-once state of a relay. The loop goroutine owns
+// every field except abortReq and the divert set, which promise callbacks
+// write.
+type eosState struct {
+	txp         TxnProducer
+	state       StateStore
+	txnID       string
+	maxRecords  int
+	maxInterval time.Duration
+	phase       func(string)
+	m           *eosMetrics
+
+	// inTxn is set while a Kafka transaction is open (begun, neither
+	// committed nor aborted).
+	inTxn bool
+	began time.Time
+	// records counts the outbox records produced into the open transaction;
+	// unitRecords those of the Postgres transaction still being received.
+	records     int
+	unitRecords int
+	// full is set when the open transaction reached maxRecords.
+	full bool
+	// covered is the position of the last complete Postgres transaction in
+	// the open Kafka transaction; zero while there is none.
+	covered StatePosition
+	// safe is the highest slot position that may be confirmed: everything
+	// before it is committed in Kafka (or was never routed).
+	safe pglogrepl.LSN
+	// dirty is set by an abort: the tracker counts acks of records the
+	// abort threw away, so nothing past safe is confirmed until a new
+	// session resets the tracker.
+	dirty bool
+	// skipUntil is the commit LSN the state topic holds: Postgres
+	// transactions that committed at or before it are in Kafka already.
+	skipUntil pglogrepl.LSN
+	// skipped counts the Postgres transactions skipped this session.
+	skipped int
+	// ensured is set once the state topic is known to exist.
+	ensured bool
+	// fenced is set once another producer took over the transactional id;
+	// from then on nothing is committed or confirmed.
+	fenced bool
+
+	// abortReq is a produce error that makes the open transaction
+	// uncommittable; the loop aborts it and restarts the session.
+	abortReq atomic.Pointer[error]
+
+	// divert holds the keys of records Kafka refused for what they are
+	// (too large, invalid) when a dead-letter topic is set: the transaction
+	// they were in is aborted, and on the replay they go to the dead-letter
+	// topic in their place, so the retry cannot refuse them again.
+	divertMu sync.Mutex
+	divert   map[replayKey]error
+}
+
+func newEOSState(cfg Config, txp TxnProducer, reg prometheus.Registerer) *eosState {
+	return &eosState{
+		txp:         txp,
+		state:       cfg.State,
+		txnID:       cfg.transactionalID(),
+		maxRecords:  cfg.TransactionMaxRecords,
+		maxInterval: cfg.TransactionMaxInterval,
+		phase:       cfg.TxnPhase,
+		m:           newEOSMetrics(reg),
+		divert:      map[replayKey]error{},
+	}
+}
+
+func (e *eosState) hook(phase string) {
+	if e.phase != nil {
+		e.phase(phase)
+	}
+}
+
+// confirmable caps the tracker's position at what Kafka committed.
+func (e *eosState) confirmable(tracked pglogrepl.LSN) pglogrepl.LSN {
+	if e.inTxn || e.dirty {
+		return min(tracked, e.safe)
+	}
+	e.safe = max(e.safe, tracked)
+	return e.safe
+}
+
+// requestAbort records err as the reason the open transaction cannot
+// commit, and wakes the loop. Safe for concurrent use.
+func (e *eosState) requestAbort(err error, wake chan struct{}) {
+	e.abortReq.CompareAndSwap(nil, &err)
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *eosState) divertErr(k replayKey) error {
+	e.divertMu.Lock()
+	defer e.divertMu.Unlock()
+	return e.divert[k]
+}
+
+func (e *eosState) addDivert(k replayKey, err error) {
+	e.divertMu.Lock()
+	e.divert[k] = err
+	e.divertMu.Unlock()
+}
+
+// forgetDiverted drops the diverted keys a commit covered.
+func (e *eosState) forgetDiverted(upTo pglogrepl.LSN) {
+	e.divertMu.Lock()
+	for k := range e.divert {
+		if k.commit <= upTo {
+			delete(e.divert, k)
+		}
+	}
+	e.divertMu.Unlock()
+}
+
+type eosMetrics struct {
+	committed  prometheus.Counter
+	aborted    prometheus.Counter
+	records    prometheus.Histogram
+	commitTime prometheus.Histogram
+	stateLSN   prometheus.Gauge
+	skipped    prometheus.Counter
+}
+
+func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
+	f := promauto.With(reg)
+	txns := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "walbox_kafka_transactions_total",
+		Help: "Kafka transactions ended (--delivery exactly-once), by result: committed or aborted.",
+	}, []string{"result"})
+	return &eosMetrics{
+		committed: txns.WithLabelValues("committed"),
+		aborted:   txns.WithLabelValues("aborted"),
+		records: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "walbox_kafka_transaction_records",
+			Help:    "Outbox records per committed Kafka transaction (the state record not counted).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
+		commitTime: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "walbox_kafka_transaction_commit_seconds",
+			Help:    "Time from the start of a Kafka transaction's flush to the end of its commit (EndTransaction), during which no WAL is read.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		stateLSN: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_state_commit_lsn_bytes",
+			Help: "Commit LSN of the last Postgres transaction covered by a committed Kafka transaction, as the state topic holds it, in bytes.",
+		}),
+		skipped: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_transactions_skipped_total",
+			Help: "Postgres transactions the slot sent again that the state topic shows committed in Kafka already, not produced again.",
+		}),
+	}
+}
+
+// eosSkips reports whether a change of the Postgres transaction that
+// committed at commit is in Kafka already.
+func (l *loop) eosSkips(commit pglogrepl.LSN) bool {
+	return l.eos != nil && commit <= l.eos.skipUntil
+}
+
+// eosStartSession runs before a session streams: it aborts a transaction a
+// failed abort left open, loads the producer id (fencing a predecessor) and
+// reads the committed position.
+func (r *Relay) eosStartSession(ctx context.Context) error {
+	e := r.eos
+	if e.inTxn {
+		if err := r.eosAbortTxn(ctx); err != nil {
+			return err
+		}
+	}
+	if _, _, err := e.txp.ProducerID(ctx); err != nil {
+		if isFenced(err) {
+			return r.eosFenced(err)
+		}
+		return &txnAbortedError{fmt.Errorf("load the producer id of transactional id %q: %w", e.txnID, err)}
+	}
+	if !e.ensured {
+		if err := e.state.Ensure(ctx); err != nil {
+			return &txnAbortedError{err}
+		}
+		e.ensured = true
+	}
+	pos, err := e.state.Last(ctx, e.txnID)
+	if err != nil {
+		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
+	}
+	e.skipUntil = pos.CommitLSN
+	e.skipped = 0
+	e.dirty = false
+	if pos.CommitLSN != 0 {
+		e.m.stateLSN.Set(float64(pos.CommitLSN))
+	}
+	r.log.Info("exactly-once: committed position read from the state topic", "transactional_id", e.txnID,
+		"state_topic", e.state.Topic(), "commit_lsn", pos.CommitLSN.String(), "end_lsn", pos.EndLSN.String(),
+		"confirmed_lsn", e.safe.String())
+	return nil
+}
+
+// eosFenced stops the relay: another producer owns the transactional id.
+func (r *Relay) eosFenced(err error) error {
+	r.eos.fenced = true
+	ferr := &FencedError{TransactionalID: r.eos.txnID, Err: err}
+	r.fail(ferr)
+	return ferr
+}
+
+// eosAbortTxn aborts the open transaction. A failure leaves it marked
+// open, so the next session tries again before producing.
+func (r *Relay) eosAbortTxn(ctx context.Context) error {
+	e := r.eos
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+	defer cancel()
+	err := e.txp.AbortBufferedRecords(actx)
+	if err == nil {
+		err = e.txp.EndTransaction(actx, kgo.TryAbort)
+	}
+	e.dirty = true
+	if err != nil {
+		if isFenced(err) {
+			e.inTxn = false
+			return r.eosFenced(err)
+		}
+		return &txnAbortedError{fmt.Errorf("abort the kafka transaction of %q: %w", e.txnID, err)}
+	}
+	e.inTxn, e.full = false, false
+	e.records, e.unitRecords, e.covered = 0, 0, StatePosition{}
+	e.m.aborted.Inc()
+	return nil
+}
+
+// eosAbort aborts the open transaction because of cause and returns the
+// error that restarts the session from the committed position.
+func (l *loop) eosAbort(ctx context.Context, cause error) error {
+	e := l.eos
+	l.log.Warn("aborting the kafka transaction; the session restarts from the committed position",
+		"transactional_id", e.txnID, "records", e.records, "err", cause)
+	if e.inTxn {
+		if err := l.eosAbortTxn(ctx); err != nil {
+			return err
+		}
+	}
+	e.abortReq.Store(nil)
+	if ferr := l.failureErr(); ferr != nil {
+		return ferr
+	}
+	return &txnAbortedError{cause}
+}
+
+// eosBeforeProduce opens a transaction if none is, and counts the record.
+func (l *loop) eosBeforeProduce() {
+	e := l.eos
+	if !e.inTxn {
+		if err := e.txp.BeginTransaction(); err != nil {
+			if isFenced(err) {
+				_ = l.eosFenced(err)
+			} else {
+				l.fail(fmt.Errorf("begin a kafka transaction (transactional id %q): %w", e.txnID, err))
+			}
+		}
+		e.inTxn = true
+		e.began = time.Now()
+	}
+	e.records++
+	e.unitRecords++
+}
+
+// eosUnitDone runs when a Postgres transaction (or a dead-lettered
+// non-transactional message) is complete: it is now covered by the open
+// Kafka transaction, which is committed when a bound is reached.
+func (l *loop) eosUnitDone(commit, end pglogrepl.LSN) {
+	e := l.eos
+	if commit <= e.skipUntil {
+		e.skipped++
+		e.m.skipped.Inc()
+		if e.skipped == 1 {
+			l.log.Info("exactly-once: skipping transactions the state topic shows committed in Kafka",
+				"transactional_id", e.txnID, "commit_lsn", commit.String(), "committed_up_to", e.skipUntil.String())
+		}
+		if commit == e.skipUntil {
+			l.log.Info("exactly-once: skipped every transaction committed in Kafka before this session",
+				"transactional_id", e.txnID, "skipped", e.skipped, "commit_lsn", commit.String())
+		}
+		return
+	}
+	e.unitRecords = 0
+	if !e.inTxn {
+		return
+	}
+	e.covered = StatePosition{CommitLSN: commit, EndLSN: end}
+	if e.records >= e.maxRecords {
+		e.full = true // committed by eosTick, before the next receive
+	}
+}
+
+// eosCommitDue reports when the open transaction must be committed by
+// time, the zero time if it need not be.
+func (l *loop) eosCommitDue() time.Time {
+	e := l.eos
+	if e == nil || !e.inTxn || e.unitRecords > 0 || e.covered.EndLSN == 0 {
+		return time.Time{}
+	}
+	if e.full {
+		return e.began // due now
+	}
+	return e.began.Add(e.maxInterval)
+}
+
+// wakeAt is when the loop must stop waiting for WAL: the next status
+// update, or an exactly-once commit that is due earlier.
+func (l *loop) wakeAt() time.Time {
+	if due := l.eosCommitDue(); !due.IsZero() && due.Before(l.nextStatus) {
+		return due
+	}
+	return l.nextStatus
+}
+
+// eosTick aborts a transaction a produce error spoiled, and commits one
+// whose interval has passed. The loop calls it between receives.
+func (l *loop) eosTick(ctx context.Context) error {
+	e := l.eos
+	if p := e.abortReq.Load(); p != nil {
+		return l.eosAbort(ctx, *p)
+	}
+	if due := l.eosCommitDue(); !due.IsZero() && !time.Now().Before(due) {
+		return l.eosCommit(ctx)
+	}
+	return nil
+}
+
+// eosCommit ends the open transaction: the state record, a flush, the
+// commit, then the status update that confirms what it covers.
+func (l *loop) eosCommit(ctx context.Context) error {
+	e := l.eos
+	if !e.inTxn {
+		return nil
+	}
+	if e.unitRecords > 0 || e.covered.EndLSN == 0 {
+		return fmt.Errorf("pipeline: internal error: commit of a kafka transaction holding part of a postgres transaction (commit %s)", e.covered.CommitLSN)
+	}
+	start := time.Now()
+	st := stateRecord(e.state.Topic(), e.txnID, l.cfg.Slot, e.covered, e.records)
+	e.txp.Produce(l.produceCtx, st, l.eosStatePromise)
+	if err := e.txp.Flush(ctx); err != nil {
+		return l.eosAbort(ctx, fmt.Errorf("flush the kafka transaction: %w", err))
+	}
+	if err := l.failureErr(); err != nil {
+		_ = l.eosAbort(ctx, err)
+		return err
+	}
+	if p := e.abortReq.Load(); p != nil {
+		return l.eosAbort(ctx, *p)
+	}
+	e.hook(PhaseProduced)
+	// A cancelled EndTransaction leaves the outcome unknown: never cancel
+	// it (franz-go's advice); the broker's request timeout bounds it.
+	if err := e.txp.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
+		if isFenced(err) {
+			ferr := l.eosFenced(err)
+			_ = l.eosAbortTxn(ctx)
+			return ferr
+		}
+		return l.eosAbort(ctx, fmt.Errorf("commit the kafka transaction: %w", err))
+	}
+	e.m.committed.Inc()
+	e.m.commitTime.Observe(time.Since(start).Seconds())
+	e.m.records.Observe(float64(e.records))
+	e.m.stateLSN.Set(float64(e.covered.CommitLSN))
+	e.forgetDiverted(e.covered.CommitLSN)
+	e.inTxn, e.full = false, false
+	e.records, e.covered = 0, StatePosition{}
+	e.hook(PhaseCommitted)
+	if l.conn == nil {
+		// Unit tests drive the loop without a replication connection.
+		e.confirmable(l.tracker.Confirmed())
+	} else if err := l.sendStatus(ctx); err != nil {
+		return err
+	}
+	e.hook(PhaseConfirmed)
+	return nil
+}
+
+// eosStatePromise settles the state record.
+func (l *loop) eosStatePromise(_ *kgo.Record, err error) {
+	if err == nil || errors.Is(err, kgo.ErrAborting) {
+		return
+	}
+	if isFenced(err) {
+		_ = l.eosFenced(err)
+		return
+	}
+	l.eos.requestAbort(fmt.Errorf("produce the state record to %q: %w", l.eos.state.Topic(), err), l.inflight.wake)
+}
+
+// eosFinish ends the open transaction when the session stops: it commits
+// it if it holds only whole Postgres transactions and nothing failed,
+// otherwise aborts it.
+func (l *loop) eosFinish(ctx context.Context) {
+	e := l.eos
+	if !e.inTxn || e.fenced {
+		return
+	}
+	if e.unitRecords > 0 || e.covered.EndLSN == 0 || l.failureErr() != nil || e.abortReq.Load() != nil {
+		cause := errors.New("the session ended inside a postgres transaction")
+		if err := l.failureErr(); err != nil {
+			cause = err
+		} else if p := e.abortReq.Load(); p != nil {
+			cause = *p
+		}
+		_ = l.eosAbort(ctx, cause)
+		return
+	}
+	if err := l.eosCommit(ctx); err != nil {
+		l.log.Warn("could not commit the last kafka transaction; the next start sends it again", "err", err)
+	}
+}
+
+// eosSettleError handles a record Kafka refused inside a transaction.
+// Every refusal makes the transaction uncommittable, so it is aborted; what
+// then happens to the record decides whether a retry can succeed.
+func (l *loop) eosSettleError(rec *kgo.Record, m *inflightRecord, err error) {
+	l.inflight.release(m.size)
+	if errors.Is(err, kgo.ErrAborting) {
+		return // thrown away by our own abort
+	}
+	l.metrics.produceErrors.Inc()
+	e := l.eos
+	switch {
+	case isFenced(err):
+		_ = l.eosFenced(err)
+	case tooLarge(err) && !l.recordTooLarge(rec):
+		l.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: fmt.Errorf(
+			"%w; the record itself is %d bytes, so its batch was refused: the topic's max.message.bytes is below --producer-batch-max-bytes (%d), lower that flag to at most the topic's limit",
+			err, recordSize(rec), l.cfg.MaxBatchBytes)})
+	case recordRejected(err) && l.cfg.DeadLetterTopic != "" && !m.deadLetter:
+		// Retried as is, it would be refused again, forever: the replay
+		// sends it to the dead-letter topic instead (eosDivert).
+		e.addDivert(m.key, err)
+		e.requestAbort(fmt.Errorf("kafka refused event %q (lsn %s) for topic %q: %w; it goes to the dead-letter topic on the retry", m.eventID, m.lsn, rec.Topic, err), l.inflight.wake)
+	case recordRejected(err) || operatorError(err):
+		l.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: err})
+	default:
+		e.requestAbort(fmt.Errorf("produce event %q (lsn %s) to %q: %w", m.eventID, m.lsn, rec.Topic, err), l.inflight.wake)
+	}
+}
+
+// operatorError reports produce errors only an operator can fix; retrying
+// them would loop.
+func operatorError(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
+		errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)
+}
+
+// eosDivert replaces a record Kafka refused in an aborted transaction by its
+// dead-letter record.
+func (l *loop) eosDivert(rec *kgo.Record, m *inflightRecord) *kgo.Record {
+	if m.deadLetter {
+		return rec
+	}
+	err := l.eos.divertErr(m.key)
+	if err == nil {
+		return rec
+	}
+	m.deadLetter = true
+	l.log.Warn("kafka refused an outbox record; routed to the dead-letter topic",
+		"event_id", m.eventID, "lsn", m.lsn.String(), "xid", m.xid, "topic", rec.Topic,
+		"dead_letter_topic", l.cfg.DeadLetterTopic, "err", err)
+	return router.RefusedRecord(rec, m.origin(), l.cfg.DeadLetterTopic,
+		fmt.Sprintf("kafka refused the record for topic %q (%d bytes): %v", rec.Topic, len(rec.Value), err),
+		tooLarge(err))
+}
+
+// eosEndSession aborts a transaction a session left open (the replication
+// connection was lost): the next session produces it again.
+func (l *loop) eosEndSession(ctx context.Context) {
+	if l.eos.inTxn && !l.eos.fenced {
+		_ = l.eosAbort(ctx, errors.New("the replication session ended"))
+	}
+}
