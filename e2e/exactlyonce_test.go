@@ -102,7 +102,9 @@ func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 	f := newFixture(t, broker.Addrs())
 	f.env = append(f.env, eosEnv("walbox-state.eos-kill", 100*time.Millisecond)...)
 
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), rand.Uint64(), 200, 40, 10_000_000, 25*time.Millisecond)
+	seed := rand.Uint64()
+	t.Logf("seed %d (writer and kill timing)", seed)
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), seed, 200, 40, 10_000_000, 25*time.Millisecond)
 	const pattern = `outbox\.event\..*`
 	col := startCollectorWith(ctx, t, broker.Addrs(), pattern)
 	raw := startCollectorWith(ctx, t, broker.Addrs(), pattern, outboxtest.ReadUncommitted())
@@ -110,7 +112,7 @@ func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 	// maxDelay spans a process's whole cycle: start, Postgres and Kafka
 	// setup, the state topic read, and several transactions.
 	const kills, maxDelay = 120, 2500 * time.Millisecond
-	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	rng := rand.New(rand.NewPCG(seed, 11))
 	counts := map[string]int{}
 	var delays []time.Duration
 	var procs []*proc
