@@ -88,7 +88,7 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	opts := append(c.connOpts(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.WithLogger(kslog.New(log.With("component", "kafka"))),
+		kgo.WithLogger(routineTxnLogger{kslog.New(log.With("component", "kafka"))}),
 		// Like the Java producer (allow.auto.create.topics=true): the
 		// broker's auto.create.topics.enable decides. With it off, a
 		// missing topic fails the record with UNKNOWN_TOPIC_OR_PARTITION
@@ -173,4 +173,24 @@ func cmpOr(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// routineTxnLogger logs franz-go's per-transaction messages at debug level:
+// at info, exactly-once mode would log four lines per Kafka transaction,
+// several times a second.
+type routineTxnLogger struct{ kgo.Logger }
+
+var routineTxnMessages = map[string]bool{
+	"beginning transaction": true,
+	"flushing":              true,
+	"flushed":               true,
+	"ending transaction":    true,
+	"end transaction response successfully received": true,
+}
+
+func (l routineTxnLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if level == kgo.LogLevelInfo && routineTxnMessages[msg] {
+		level = kgo.LogLevelDebug
+	}
+	l.Logger.Log(level, msg, keyvals...)
 }

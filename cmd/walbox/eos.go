@@ -28,7 +28,7 @@ func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Conf
 	if cfg.Delivery != pipeline.DeliveryExactlyOnce {
 		return nil, nil
 	}
-	hook, err := crashHook(os.Getenv(crashAtEnv))
+	hook, err := crashHook(os.Getenv(crashAtEnv), killSelf)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Conf
 // transaction, so a test can kill it exactly between produce and commit,
 // between commit and slot confirm, or after the confirm. An empty spec
 // returns a nil hook: none is installed.
-func crashHook(spec string) (func(string), error) {
+func crashHook(spec string, kill func()) (func(string), error) {
 	if spec == "" {
 		return nil, nil
 	}
@@ -71,13 +71,18 @@ func crashHook(spec string) (func(string), error) {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "walbox: %s=%s: killing myself at phase %s\n", crashAtEnv, spec, p)
-		self, err := os.FindProcess(os.Getpid())
-		if err == nil {
-			err = self.Kill() // SIGKILL on Unix
-		}
-		if err != nil {
-			os.Exit(137)
-		}
-		select {} // the signal is on its way
+		kill()
 	}, nil
+}
+
+// killSelf SIGKILLs the process and does not return.
+func killSelf() {
+	self, err := os.FindProcess(os.Getpid())
+	if err == nil {
+		err = self.Kill() // SIGKILL on Unix
+	}
+	if err != nil {
+		os.Exit(137)
+	}
+	select {} // the signal is on its way
 }
