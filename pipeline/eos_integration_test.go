@@ -27,6 +27,9 @@ type eosRun struct {
 	done   chan error
 }
 
+// relayN numbers the relays in the logs.
+var relayN int
+
 // startEOSRelay runs a relay with --delivery exactly-once on slot, from the
 // slot's confirmed position, with its own transactional client.
 func startEOSRelay(t *testing.T, conn *pgx.Conn, dsn string, brokers []string, slot, stateTopic string, mutate func(*pipeline.Config)) *eosRun {
@@ -36,7 +39,8 @@ func startEOSRelay(t *testing.T, conn *pgx.Conn, dsn string, brokers []string, s
 	if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&start); err != nil {
 		t.Fatal(err)
 	}
-	log := testLogger(t)
+	relayN++
+	log := testLogger(t).With("relay", relayN)
 	reg := prometheus.NewRegistry()
 	kc := pipeline.KafkaConfig{Brokers: brokers, MaxBufferedRecords: 2002, TransactionalID: pipeline.TransactionalIDFor(slot)}
 	cl, err := pipeline.NewKafkaClient(kc, log, reg)
@@ -214,6 +218,15 @@ func TestRelayExactlyOnceAcrossKills(t *testing.T) {
 			if err != nil {
 				t.Fatalf("consume: %v (report: %v)", err, outboxtest.Check(written, got))
 			}
+			if tt.phase == pipeline.PhaseCommitted {
+				// The first instance may have committed everything
+				// before the second streams: wait until the second has
+				// received the 20 transactions after the slot's position
+				// (the end of the first Kafka transaction, 10 of them).
+				waitFor(t, time.Minute, "the second instance to receive the re-sent transactions", func() bool {
+					return counterValue(t, second.reg, "walbox_transactions_total") >= 20
+				})
+			}
 			// Let the frozen instance go on: it must not confirm nor
 			// commit anything now.
 			first.cancel()
@@ -239,11 +252,18 @@ func TestRelayExactlyOnceAcrossKills(t *testing.T) {
 			skipped := counterValue(t, second.reg, "walbox_transactions_skipped_total")
 			aborted := counterValue(t, second.reg, "walbox_kafka_transactions_total", "aborted")
 			t.Logf("second instance skipped %v postgres transactions, aborted %v kafka transactions", skipped, aborted)
-			if tt.phase == pipeline.PhaseCommitted && skipped != 10 {
-				t.Errorf("the second instance skipped %v postgres transactions, want the 10 the first had committed past the slot's position", skipped)
+			// The second Kafka transaction holds at least the 10 Postgres
+			// transactions after the first's 100 rows (more if they were
+			// routed while the first committed).
+			if tt.phase == pipeline.PhaseCommitted && skipped < 10 {
+				t.Errorf("the second instance skipped %v postgres transactions, want at least the 10 the first had committed past the slot's position", skipped)
 			}
-			if tt.phase == pipeline.PhaseProduced && skipped != 0 {
-				t.Errorf("the second instance skipped %v transactions of an aborted Kafka transaction", skipped)
+			// Only the first Kafka transaction (10 Postgres transactions)
+			// committed; if the walsender died before it applied the
+			// confirm, they come again and are skipped. Skipping more
+			// would lose the aborted ones (the report would say so too).
+			if tt.phase == pipeline.PhaseProduced && skipped > 10 {
+				t.Errorf("the second instance skipped %v transactions, more than the first committed", skipped)
 			}
 		})
 	}

@@ -136,7 +136,10 @@ func (el *eosLoop) tick(t *testing.T) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return el.eosTick(ctx)
+	if err := el.eosTick(ctx); err != nil {
+		return err
+	}
+	return el.eosWaitCommit(ctx) // the commit runs in a goroutine
 }
 
 // finish commits what is open, as a clean stop does.
@@ -408,8 +411,8 @@ func TestEOSFencedInstanceStopsAndNeverConfirms(t *testing.T) {
 	if !errors.Is(first.relay.failureErr(), ErrFenced) {
 		t.Fatalf("relay failure = %v, want ErrFenced", first.relay.failureErr())
 	}
-	if !first.eos.fenced || first.eos.safe != 1 {
-		t.Fatalf("fenced %v safe %s, want fenced and nothing confirmed past 0/1", first.eos.fenced, first.eos.safe)
+	if !first.eos.fenced.Load() || first.eos.safe != 1 {
+		t.Fatalf("fenced %v safe %s, want fenced and nothing confirmed past 0/1", first.eos.fenced.Load(), first.eos.safe)
 	}
 	// sendStatus must not send anything now (it would panic on the nil
 	// connection if it tried).
@@ -418,5 +421,60 @@ func TestEOSFencedInstanceStopsAndNeverConfirms(t *testing.T) {
 	}
 	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "" {
 		t.Fatalf("read_committed saw %q from the fenced instance, want nothing", got)
+	}
+}
+
+// TestEOSQueuesWhileCommitting: while a commit runs (frozen here at the
+// "produced" phase), the loop goes on routing; the records wait in the queue
+// and go into the next transaction once the commit returned, in order, and
+// the slot is confirmed only to what the first commit covered.
+func TestEOSQueuesWhileCommitting(t *testing.T) {
+	c := eosCluster(t)
+	release := make(chan struct{})
+	frozen := make(chan struct{}, 1)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 2, TransactionMaxInterval: time.Hour, TxnPhase: func(p string) {
+		if p == PhaseProduced {
+			frozen <- struct{}{}
+			<-release
+		}
+	}}, 1)
+	ctx := context.Background()
+	el.wal(t, pgRelation(outboxRel, "public", "outbox"))
+	el.wal(t, pgBegin(0x1000, 1))
+	el.wal(t, pgInsert(outboxRel, "id-a1", "a", `{"n":"a1"}`))
+	el.wal(t, pgInsert(outboxRel, "id-a2", "a", `{"n":"a2"}`))
+	el.wal(t, pgCommit(0x1000))
+	if err := el.eosTick(ctx); err != nil { // starts the commit of A
+		t.Fatal(err)
+	}
+	<-frozen
+	el.wal(t, pgBegin(0x2000, 2))
+	el.wal(t, pgInsert(outboxRel, "id-b1", "a", `{"n":"b1"}`))
+	el.wal(t, pgCommit(0x2000))
+	if err := el.eosTick(ctx); err != nil { // the commit still runs
+		t.Fatal(err)
+	}
+	if n := len(el.eos.queue); n != 1 {
+		t.Fatalf("%d records queued while committing, want 1", n)
+	}
+	if got := el.eos.confirmable(el.tracker.Confirmed()); got != 1 {
+		t.Fatalf("confirmable %s while A commits, want 0/1", got)
+	}
+	close(release)
+	if err := el.eosWaitCommit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := el.eos.confirmable(el.tracker.Confirmed()); got != 0x1010 {
+		t.Fatalf("confirmable %s after A committed with B open, want the end of A 0/1010", got)
+	}
+	if len(el.eos.queue) != 0 || !el.eos.begun {
+		t.Fatalf("queue %d, begun %v after the commit: want the queue produced into a new transaction", len(el.eos.queue), el.eos.begun)
+	}
+	el.finish(t)
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 a2 b1" {
+		t.Fatalf("read_committed saw %q, want a1 a2 b1", got)
+	}
+	if n := testutil.ToFloat64(el.eos.m.committed); n != 2 {
+		t.Fatalf("committed %v, want 2", n)
 	}
 }

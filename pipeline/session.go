@@ -512,8 +512,8 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 	m.size = recordSize(rec)
 	rec.Context = m
 	l.inflight.add(m.size)
-	if l.eos != nil {
-		l.eosBeforeProduce()
+	if l.eos != nil && !l.eosProduce(rec) {
+		return // queued while a commit runs
 	}
 	l.producer.Produce(l.produceCtx, rec, l.promise)
 }
@@ -602,7 +602,7 @@ func (l *loop) sendStatus(ctx context.Context) error {
 	lsn := l.tracker.Confirmed()
 	l.nextStatus = time.Now().Add(l.cfg.StatusInterval)
 	if l.eos != nil {
-		if l.eos.fenced {
+		if l.eos.fenced.Load() {
 			return nil // another producer owns the id: confirm nothing more
 		}
 		lsn = l.eos.confirmable(lsn)
@@ -658,11 +658,14 @@ func (l *loop) drain(ctx context.Context) {
 func (l *loop) confirmBeforeFailing(cause error) {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
-	l.drain(sctx)
 	if l.eos != nil {
-		if l.eos.fenced {
+		if l.eos.fenced.Load() {
 			return
 		}
+		l.eosSettleCommit(sctx)
+	}
+	l.drain(sctx)
+	if l.eos != nil {
 		l.eosFinish(sctx)
 	}
 	if err := l.sendStatus(sctx); err != nil {
@@ -703,6 +706,10 @@ func (l *loop) endStream(ctx context.Context) {
 func (l *loop) stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
+	if l.eos != nil {
+		// No commit runs from here on: records are produced, not queued.
+		l.eosSettleCommit(sctx)
+	}
 	for l.dec.InTransaction() && sctx.Err() == nil && l.failureErr() == nil {
 		l.produceRerouted()
 		if l.inflight.full() {
@@ -721,6 +728,9 @@ func (l *loop) stop() error {
 	}
 	if l.dec.InTransaction() {
 		l.tracker.Abandon()
+	}
+	if l.eos != nil {
+		l.eosSettleCommit(sctx)
 	}
 	l.drain(sctx)
 	if l.eos != nil {

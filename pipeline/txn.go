@@ -38,10 +38,13 @@ import (
 // may lag behind what Kafka committed (a crash between commit and confirm),
 // and what was committed must not be produced twice.
 //
-// franz-go runs one transaction at a time per producer (EndTransaction
-// requires a flush, and producing is not allowed until it returns), so the
-// loop stops reading WAL for the flush and the commit; the batching bounds
-// amortise that pause.
+// franz-go runs one transaction at a time per producer: EndTransaction
+// requires a flush, and nothing may be produced until it returns. So the
+// flush and the commit run in a goroutine of their own (eosStartCommit)
+// while the loop goes on reading WAL and routing: the records of the next
+// transaction wait in a queue, counted against the in-flight limits, and
+// are produced into a new transaction as soon as the commit returned. The
+// slot is confirmed by the loop, after it has seen the commit succeed.
 //
 // What if the process dies:
 //   - while producing, or between "produced" and the commit: the broker
@@ -66,10 +69,16 @@ type eosState struct {
 	phase       func(string)
 	m           *eosMetrics
 
-	// inTxn is set while a Kafka transaction is open (begun, neither
-	// committed nor aborted).
-	inTxn bool
+	// open is set while the current Kafka transaction has records or
+	// Postgres transactions (produced or queued); begun once
+	// BeginTransaction was called for it. began is when it opened.
+	open  bool
+	begun bool
 	began time.Time
+	// committing is the commit running in its goroutine, nil if none;
+	// queue holds the records produced meanwhile, for the next transaction.
+	committing *pendingCommit
+	queue      []*kgo.Record
 	// records counts the outbox records produced into the open transaction;
 	// unitRecords those of the Postgres transaction still being received.
 	records     int
@@ -94,8 +103,9 @@ type eosState struct {
 	// ensured is set once the state topic is known to exist.
 	ensured bool
 	// fenced is set once another producer took over the transactional id;
-	// from then on nothing is committed or confirmed.
-	fenced bool
+	// from then on nothing is committed or confirmed. Set from promise
+	// callbacks too.
+	fenced atomic.Bool
 
 	// abortReq is a produce error that makes the open transaction
 	// uncommittable; the loop aborts it and restarts the session.
@@ -128,9 +138,17 @@ func (e *eosState) hook(phase string) {
 	}
 }
 
+// pendingCommit is a commit running in its goroutine.
+type pendingCommit struct {
+	done    chan error
+	covered StatePosition
+	records int
+	start   time.Time
+}
+
 // confirmable caps the tracker's position at what Kafka committed.
 func (e *eosState) confirmable(tracked pglogrepl.LSN) pglogrepl.LSN {
-	if e.inTxn || e.dirty {
+	if e.open || e.committing != nil || e.dirty {
 		return min(tracked, e.safe)
 	}
 	e.safe = max(e.safe, tracked)
@@ -220,7 +238,7 @@ func (l *loop) eosSkips(commit pglogrepl.LSN) bool {
 // reads the committed position.
 func (r *Relay) eosStartSession(ctx context.Context) error {
 	e := r.eos
-	if e.inTxn {
+	if e.begun || e.open {
 		if err := r.eosAbortTxn(ctx); err != nil {
 			return err
 		}
@@ -254,34 +272,47 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 }
 
 // eosFenced stops the relay: another producer owns the transactional id.
+// Safe for concurrent use.
 func (r *Relay) eosFenced(err error) error {
-	r.eos.fenced = true
+	r.eos.fenced.Store(true)
 	ferr := &FencedError{TransactionalID: r.eos.txnID, Err: err}
 	r.fail(ferr)
 	return ferr
 }
 
-// eosAbortTxn aborts the open transaction. A failure leaves it marked
-// open, so the next session tries again before producing.
+// eosAbortTxn aborts the open transaction and drops the queue. A failure
+// leaves it marked begun, so the next session tries again before
+// producing. No commit may be running.
 func (r *Relay) eosAbortTxn(ctx context.Context) error {
 	e := r.eos
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
-	defer cancel()
-	err := e.txp.AbortBufferedRecords(actx)
-	if err == nil {
-		err = e.txp.EndTransaction(actx, kgo.TryAbort)
+	for _, rec := range e.queue {
+		r.inflight.release(rec.Context.(*inflightRecord).size)
 	}
+	clear(e.queue)
+	e.queue = e.queue[:0]
 	e.dirty = true
-	if err != nil {
-		if isFenced(err) {
-			e.inTxn = false
-			return r.eosFenced(err)
-		}
-		return &txnAbortedError{fmt.Errorf("abort the kafka transaction of %q: %w", e.txnID, err)}
-	}
-	e.inTxn, e.full = false, false
+	wasOpen := e.open || e.begun
+	e.open, e.full = false, false
 	e.records, e.unitRecords, e.covered = 0, 0, StatePosition{}
-	e.m.aborted.Inc()
+	if e.begun {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+		defer cancel()
+		err := e.txp.AbortBufferedRecords(actx)
+		if err == nil {
+			err = e.txp.EndTransaction(actx, kgo.TryAbort)
+		}
+		if err != nil {
+			if isFenced(err) {
+				e.begun = false
+				return r.eosFenced(err)
+			}
+			return &txnAbortedError{fmt.Errorf("abort the kafka transaction of %q: %w", e.txnID, err)}
+		}
+		e.begun = false
+	}
+	if wasOpen {
+		e.m.aborted.Inc()
+	}
 	return nil
 }
 
@@ -291,10 +322,8 @@ func (l *loop) eosAbort(ctx context.Context, cause error) error {
 	e := l.eos
 	l.log.Warn("aborting the kafka transaction; the session restarts from the committed position",
 		"transactional_id", e.txnID, "records", e.records, "err", cause)
-	if e.inTxn {
-		if err := l.eosAbortTxn(ctx); err != nil {
-			return err
-		}
+	if err := l.eosAbortTxn(ctx); err != nil {
+		return err
 	}
 	e.abortReq.Store(nil)
 	if ferr := l.failureErr(); ferr != nil {
@@ -303,22 +332,38 @@ func (l *loop) eosAbort(ctx context.Context, cause error) error {
 	return &txnAbortedError{cause}
 }
 
-// eosBeforeProduce opens a transaction if none is, and counts the record.
-func (l *loop) eosBeforeProduce() {
+// eosBegin begins the Kafka transaction if it is not yet.
+func (l *loop) eosBegin() {
 	e := l.eos
-	if !e.inTxn {
-		if err := e.txp.BeginTransaction(); err != nil {
-			if isFenced(err) {
-				_ = l.eosFenced(err)
-			} else {
-				l.fail(fmt.Errorf("begin a kafka transaction (transactional id %q): %w", e.txnID, err))
-			}
+	if e.begun {
+		return
+	}
+	if err := e.txp.BeginTransaction(); err != nil {
+		if isFenced(err) {
+			_ = l.eosFenced(err)
+		} else {
+			l.fail(fmt.Errorf("begin a kafka transaction (transactional id %q): %w", e.txnID, err))
 		}
-		e.inTxn = true
+	}
+	e.begun = true
+}
+
+// eosProduce counts a record into the open transaction and reports whether
+// it may be produced now; while a commit runs it is queued instead.
+func (l *loop) eosProduce(rec *kgo.Record) bool {
+	e := l.eos
+	if !e.open {
+		e.open = true
 		e.began = time.Now()
 	}
 	e.records++
 	e.unitRecords++
+	if e.committing != nil {
+		e.queue = append(e.queue, rec)
+		return false
+	}
+	l.eosBegin()
+	return true
 }
 
 // eosUnitDone runs when a Postgres transaction (or a dead-lettered
@@ -340,7 +385,7 @@ func (l *loop) eosUnitDone(commit, end pglogrepl.LSN) {
 		return
 	}
 	e.unitRecords = 0
-	if !e.inTxn {
+	if !e.open {
 		return
 	}
 	e.covered = StatePosition{CommitLSN: commit, EndLSN: end}
@@ -350,10 +395,10 @@ func (l *loop) eosUnitDone(commit, end pglogrepl.LSN) {
 }
 
 // eosCommitDue reports when the open transaction must be committed by
-// time, the zero time if it need not be.
+// time, the zero time if it need not be (or cannot be yet).
 func (l *loop) eosCommitDue() time.Time {
 	e := l.eos
-	if e == nil || !e.inTxn || e.unitRecords > 0 || e.covered.EndLSN == 0 {
+	if e == nil || !e.open || e.committing != nil || e.unitRecords > 0 || e.covered.EndLSN == 0 {
 		return time.Time{}
 	}
 	if e.full {
@@ -363,7 +408,8 @@ func (l *loop) eosCommitDue() time.Time {
 }
 
 // wakeAt is when the loop must stop waiting for WAL: the next status
-// update, or an exactly-once commit that is due earlier.
+// update, or an exactly-once commit that is due earlier. (A commit that
+// ends interrupts the wait itself.)
 func (l *loop) wakeAt() time.Time {
 	if due := l.eosCommitDue(); !due.IsZero() && due.Before(l.nextStatus) {
 		return due
@@ -371,61 +417,105 @@ func (l *loop) wakeAt() time.Time {
 	return l.nextStatus
 }
 
-// eosTick aborts a transaction a produce error spoiled, and commits one
-// whose interval has passed. The loop calls it between receives.
+// eosTick finishes a commit that returned, aborts a transaction a produce
+// error spoiled, and starts the commit of one that is due. The loop calls
+// it between receives.
 func (l *loop) eosTick(ctx context.Context) error {
 	e := l.eos
+	if c := e.committing; c != nil {
+		select {
+		case err := <-c.done:
+			if err := l.eosCommitted(ctx, c, err); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
 	if p := e.abortReq.Load(); p != nil {
 		return l.eosAbort(ctx, *p)
 	}
 	if due := l.eosCommitDue(); !due.IsZero() && !time.Now().Before(due) {
-		return l.eosCommit(ctx)
+		l.eosStartCommit(ctx)
 	}
 	return nil
 }
 
-// eosCommit ends the open transaction: the state record, a flush, the
-// commit, then the status update that confirms what it covers.
-func (l *loop) eosCommit(ctx context.Context) error {
+// eosStartCommit produces the state record into the open transaction and
+// starts its flush and commit in a goroutine; eosCommitted finishes it in
+// the loop. The goroutine touches nothing the loop owns.
+func (l *loop) eosStartCommit(ctx context.Context) {
 	e := l.eos
-	if !e.inTxn {
-		return nil
-	}
-	if e.unitRecords > 0 || e.covered.EndLSN == 0 {
-		return fmt.Errorf("pipeline: internal error: commit of a kafka transaction holding part of a postgres transaction (commit %s)", e.covered.CommitLSN)
-	}
-	start := time.Now()
-	st := stateRecord(e.state.Topic(), e.txnID, l.cfg.Slot, e.covered, e.records)
-	e.txp.Produce(l.produceCtx, st, l.eosStatePromise)
+	c := &pendingCommit{done: make(chan error, 1), covered: e.covered, records: e.records, start: time.Now()}
+	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, l.cfg.Slot, c.covered, c.records), l.eosStatePromise)
+	e.committing = c
+	e.open, e.begun, e.full = false, false, false
+	e.records, e.covered = 0, StatePosition{}
+	conn := l.conn
+	wake := l.inflight.wake
+	go func() {
+		err := l.eosCommitRun(ctx, c)
+		if conn != nil {
+			// Interrupt the loop's wait for WAL: the queue is to be
+			// produced and the slot confirmed now.
+			_ = conn.Conn().SetReadDeadline(time.Now())
+		}
+		c.done <- err
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// eosCommitRun flushes the committing transaction and commits it. It runs
+// in the commit goroutine.
+func (l *loop) eosCommitRun(ctx context.Context, c *pendingCommit) error {
+	e := l.eos
 	if err := e.txp.Flush(ctx); err != nil {
-		return l.eosAbort(ctx, fmt.Errorf("flush the kafka transaction: %w", err))
+		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
 	if err := l.failureErr(); err != nil {
-		_ = l.eosAbort(ctx, err)
 		return err
 	}
 	if p := e.abortReq.Load(); p != nil {
-		return l.eosAbort(ctx, *p)
+		return *p
 	}
 	e.hook(PhaseProduced)
 	// A cancelled EndTransaction leaves the outcome unknown: never cancel
 	// it (franz-go's advice); the broker's request timeout bounds it.
 	if err := e.txp.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit the kafka transaction: %w", err)
+	}
+	e.hook(PhaseCommitted)
+	return nil
+}
+
+// eosCommitted finishes a commit in the loop: on success the slot is
+// confirmed to what it covers and the queued records go into a new
+// transaction; on failure the transaction is aborted.
+func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) error {
+	e := l.eos
+	e.committing = nil
+	l.readDeadline = time.Time{} // the goroutine moved the socket's deadline
+	if err != nil {
+		// The committing transaction is still open on the broker.
+		e.begun = true
 		if isFenced(err) {
 			ferr := l.eosFenced(err)
 			_ = l.eosAbortTxn(ctx)
 			return ferr
 		}
-		return l.eosAbort(ctx, fmt.Errorf("commit the kafka transaction: %w", err))
+		return l.eosAbort(ctx, err)
 	}
 	e.m.committed.Inc()
-	e.m.commitTime.Observe(time.Since(start).Seconds())
-	e.m.records.Observe(float64(e.records))
-	e.m.stateLSN.Set(float64(e.covered.CommitLSN))
-	e.forgetDiverted(e.covered.CommitLSN)
-	e.inTxn, e.full = false, false
-	e.records, e.covered = 0, StatePosition{}
-	e.hook(PhaseCommitted)
+	e.m.commitTime.Observe(time.Since(c.start).Seconds())
+	e.m.records.Observe(float64(c.records))
+	e.m.stateLSN.Set(float64(c.covered.CommitLSN))
+	e.forgetDiverted(c.covered.CommitLSN)
+	// Everything before the end of the last Postgres transaction it covers
+	// is in Kafka now, or was never routed.
+	e.safe = max(e.safe, c.covered.EndLSN)
 	if l.conn == nil {
 		// Unit tests drive the loop without a replication connection.
 		e.confirmable(l.tracker.Confirmed())
@@ -433,7 +523,24 @@ func (l *loop) eosCommit(ctx context.Context) error {
 		return err
 	}
 	e.hook(PhaseConfirmed)
+	if len(e.queue) > 0 {
+		l.eosBegin()
+		for _, rec := range e.queue {
+			l.producer.Produce(l.produceCtx, rec, l.promise)
+		}
+		clear(e.queue)
+		e.queue = e.queue[:0]
+	}
 	return nil
+}
+
+// eosWaitCommit waits for a running commit and finishes it.
+func (l *loop) eosWaitCommit(ctx context.Context) error {
+	c := l.eos.committing
+	if c == nil {
+		return nil
+	}
+	return l.eosCommitted(ctx, c, <-c.done)
 }
 
 // eosStatePromise settles the state record.
@@ -448,12 +555,25 @@ func (l *loop) eosStatePromise(_ *kgo.Record, err error) {
 	l.eos.requestAbort(fmt.Errorf("produce the state record to %q: %w", l.eos.state.Topic(), err), l.inflight.wake)
 }
 
-// eosFinish ends the open transaction when the session stops: it commits
-// it if it holds only whole Postgres transactions and nothing failed,
-// otherwise aborts it.
+// eosSettleCommit runs before a session drains its in-flight records on
+// stop or failure: a running commit is waited for, so that the queued
+// records are produced (or dropped by an abort).
+func (l *loop) eosSettleCommit(ctx context.Context) {
+	if err := l.eosWaitCommit(ctx); err != nil {
+		l.log.Warn("the last kafka transaction did not commit; the next start sends it again", "err", err)
+	}
+}
+
+// eosFinish ends the open transaction when the session stops, after the
+// drain: it commits it if it holds only whole Postgres transactions and
+// nothing failed, otherwise aborts it.
 func (l *loop) eosFinish(ctx context.Context) {
 	e := l.eos
-	if !e.inTxn || e.fenced {
+	if e.fenced.Load() {
+		return
+	}
+	l.eosSettleCommit(ctx)
+	if !e.open && !e.begun {
 		return
 	}
 	if e.unitRecords > 0 || e.covered.EndLSN == 0 || l.failureErr() != nil || e.abortReq.Load() != nil {
@@ -466,9 +586,8 @@ func (l *loop) eosFinish(ctx context.Context) {
 		_ = l.eosAbort(ctx, cause)
 		return
 	}
-	if err := l.eosCommit(ctx); err != nil {
-		l.log.Warn("could not commit the last kafka transaction; the next start sends it again", "err", err)
-	}
+	l.eosStartCommit(ctx)
+	l.eosSettleCommit(ctx)
 }
 
 // eosSettleError handles a record Kafka refused inside a transaction.
@@ -527,10 +646,17 @@ func (l *loop) eosDivert(rec *kgo.Record, m *inflightRecord) *kgo.Record {
 		tooLarge(err))
 }
 
-// eosEndSession aborts a transaction a session left open (the replication
-// connection was lost): the next session produces it again.
+// eosEndSession runs when a session ends: a running commit is finished
+// (its outcome stands, whatever ended the session), and a transaction left
+// open is aborted; the next session produces it again.
 func (l *loop) eosEndSession(ctx context.Context) {
-	if l.eos.inTxn && !l.eos.fenced {
+	if l.eos.fenced.Load() {
+		return
+	}
+	if err := l.eosWaitCommit(ctx); err != nil && !isTxnAborted(err) {
+		l.log.Warn("could not finish the kafka transaction that was committing when the session ended; whatever is not committed and confirmed is sent again by the next session (the state topic skips what is committed)", "err", err)
+	}
+	if l.eos.open || l.eos.begun {
 		_ = l.eosAbort(ctx, errors.New("the replication session ended"))
 	}
 }
