@@ -60,8 +60,8 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id: %v",
-		ErrFenced, e.TransactionalID, e.Err)
+	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id. If no other instance runs, the broker aborted a transaction that stayed open longer than the transaction timeout (%s; a Postgres transaction too large to produce in that time): a restart resumes from the last commit: %v",
+		ErrFenced, e.TransactionalID, DefaultTransactionTimeout, e.Err)
 }
 
 func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Err} }
@@ -173,7 +173,8 @@ func (s *KafkaState) Topic() string { return s.topic }
 
 // Ensure creates the state topic if it is missing: one partition (the
 // positions of one key must stay in order), cleanup.policy=compact (only the
-// last position of each key matters), the brokers' default replication.
+// last position of each key matters), segment.ms 10 minutes, the brokers'
+// default replication.
 func (s *KafkaState) Ensure(ctx context.Context) error {
 	cl, err := kgo.NewClient(s.kc.connOpts()...)
 	if err != nil {
@@ -186,34 +187,33 @@ func (s *KafkaState) Ensure(ctx context.Context) error {
 	if td, err := adm.ListTopics(ctx, s.topic); err == nil && td.Has(s.topic) && td[s.topic].Err == nil {
 		return nil
 	}
-	compact := "compact"
-	_, err = adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, s.topic)
+	// Segments of 10 minutes let the cleaner compact all but the newest
+	// records soon, so the topic stays about one record per key.
+	compact, segment := "compact", "600000"
+	_, err = adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact, "segment.ms": &segment}, s.topic)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create the state topic %q (1 partition, cleanup.policy=compact): %w; create it yourself, or grant walbox CREATE on the cluster, or set --state-topic to an existing compacted topic", s.topic, err)
 	}
 	return nil
 }
 
-// Last reads the state topic from the start to its last stable offset, with
-// read_committed, and returns the last position recorded under key.
+// Last returns the last position recorded under key, reading with
+// read_committed up to the topic's last stable offset.
 //
-// The topic is compacted, so this reads about one record per key plus what
-// the cleaner has not reached yet. Control records (transaction markers) are
-// kept so the read ends exactly at the last stable offset even when the last
-// records before it were aborted.
+// It reads backwards in growing windows: the last records first (one walbox
+// per transactional id writes one record per transaction, so its last
+// position is usually among them), then further back only if key is not
+// found there. Control records (transaction markers) are kept so that a
+// read ends exactly at the last stable offset even when the last records
+// before it were aborted.
 func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error) {
 	var zero StatePosition
-	cl, err := kgo.NewClient(append(s.kc.connOpts(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)...)
+	cl, err := kgo.NewClient(s.kc.connOpts()...)
 	if err != nil {
 		return zero, err
 	}
-	defer cl.Close()
 	offsets, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, s.topic)
+	cl.Close()
 	if err != nil {
 		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, err)
 	}
@@ -225,17 +225,45 @@ func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error
 		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, lo.Err)
 	}
 	end := lo.Offset
+	for window := int64(1024); ; window *= 16 {
+		from := max(0, end-window)
+		pos, found, err := s.read(ctx, key, from, end)
+		if err != nil || found || from == 0 {
+			return pos, err
+		}
+	}
+}
+
+// read returns the last position under key among the offsets [from, end).
+func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (StatePosition, bool, error) {
 	var pos StatePosition
-	next := int64(0)
+	found := false
+	if from >= end {
+		return pos, false, nil
+	}
+	cl, err := kgo.NewClient(append(s.kc.connOpts(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+		// Offsets below the log start (deleted or compacted away) reset
+		// to the start.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.topic: {0: kgo.NewOffset().At(from)}}),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)...)
+	if err != nil {
+		return pos, false, err
+	}
+	defer cl.Close()
+	next := from
 	for next < end {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return zero, err
+			return pos, false, fmt.Errorf("read the state topic %q up to offset %d (at %d): %w", s.topic, end, next, err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return zero, fmt.Errorf("read the state topic %q: %w", s.topic, ferr)
+			return pos, false, fmt.Errorf("read the state topic %q: %w", s.topic, ferr)
 		}
 		var derr error
 		fs.EachRecord(func(r *kgo.Record) {
@@ -248,13 +276,13 @@ func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error
 				derr = fmt.Errorf("state topic %q offset %d (key %q): %w; the topic holds records walbox did not write: give --state-topic a topic of walbox's own", s.topic, r.Offset, key, err)
 				return
 			}
-			pos = p
+			pos, found = p, true
 		})
 		if derr != nil {
-			return zero, derr
+			return pos, false, derr
 		}
 	}
-	return pos, nil
+	return pos, found, nil
 }
 
 // stateRecord is the record that states, inside a Kafka transaction, the

@@ -478,3 +478,94 @@ func TestEOSQueuesWhileCommitting(t *testing.T) {
 		t.Fatalf("committed %v, want 2", n)
 	}
 }
+
+// TestKafkaStateLastReadsBackwards: the last position of a key is found
+// whether it is among the last records or far behind other keys' records,
+// and aborted records are not positions.
+func TestKafkaStateLastReadsBackwards(t *testing.T) {
+	c := eosCluster(t)
+	ctx := context.Background()
+	kc := KafkaConfig{Brokers: c.ListenAddrs()}
+	st := NewKafkaState(kc, "walbox.state")
+	if err := st.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Ensure(ctx); err != nil { // exists now
+		t.Fatalf("second Ensure: %v", err)
+	}
+	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{}) {
+		t.Fatalf("Last on an empty topic = %+v, %v; want zero", pos, err)
+	}
+	kc.TransactionalID = "writer"
+	cl, err := NewKafkaClient(kc, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	txn := func(commit bool, recs ...*kgo.Record) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		end := kgo.TryAbort
+		if commit {
+			end = kgo.TryCommit
+		}
+		if err := cl.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(true, stateRecord("walbox.state", "a", "s", StatePosition{CommitLSN: 0x10, EndLSN: 0x18}, 1))
+	for i := range 1500 { // more than the first window, of another key
+		txn(true, stateRecord("walbox.state", "b", "s", StatePosition{CommitLSN: pglogrepl.LSN(0x100 + i), EndLSN: pglogrepl.LSN(0x108 + i)}, 1))
+	}
+	txn(false, stateRecord("walbox.state", "b", "s", StatePosition{CommitLSN: 0x9000, EndLSN: 0x9008}, 1))
+	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{CommitLSN: 0x10, EndLSN: 0x18}) {
+		t.Fatalf("Last(a) = %+v, %v; want 0/10 0/18 from far back", pos, err)
+	}
+	if pos, err := st.Last(ctx, "b"); err != nil || pos.CommitLSN != 0x100+1499 {
+		t.Fatalf("Last(b) = %+v, %v; want the last committed, not the aborted one", pos, err)
+	}
+}
+
+// TestEOSLostConnectionAbortsTheOpenTransaction: the replication connection
+// drops with a Kafka transaction open (what if the process dies here: the
+// same, the successor's producer id load aborts it). Nothing of it becomes
+// visible; the next session produces it again, once.
+func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 100, TransactionMaxInterval: time.Hour}, 1)
+	if err := el.txn(t, 0x1000, "a1", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	el.wal(t, pgBegin(0x2000, 2))
+	el.wal(t, pgInsert(outboxRel, "id-b1", "a", `{"n":"b1"}`)) // B is cut off
+	el.eosEndSession(context.Background())
+	if n := testutil.ToFloat64(el.eos.m.aborted); n != 1 {
+		t.Fatalf("aborted %v, want 1", n)
+	}
+	if got := readCommitted(t, c, eosTopic); len(got) != 0 {
+		t.Fatalf("read_committed saw %v of the aborted transaction", got)
+	}
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	if el.tracker.Confirmed() != 1 {
+		t.Fatalf("new session starts at %s, want 0/1", el.tracker.Confirmed())
+	}
+	if err := el.txn(t, 0x1000, "a1", "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	el.finish(t)
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 a2 b1" {
+		t.Fatalf("read_committed saw %q, want a1 a2 b1", got)
+	}
+}

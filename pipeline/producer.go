@@ -88,7 +88,7 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	opts := append(c.connOpts(),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.WithLogger(routineTxnLogger{kslog.New(log.With("component", "kafka"))}),
+		kgo.WithLogger(kafkaLogger(c, log)),
 		// Like the Java producer (allow.auto.create.topics=true): the
 		// broker's auto.create.topics.enable decides. With it off, a
 		// missing topic fails the record with UNKNOWN_TOPIC_OR_PARTITION
@@ -173,6 +173,16 @@ func cmpOr(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// kafkaLogger bridges franz-go's log into log; a transactional client's
+// per-transaction lines go to debug (routineTxnLogger).
+func kafkaLogger(c KafkaConfig, log *slog.Logger) kgo.Logger {
+	l := kslog.New(log.With("component", "kafka"))
+	if c.TransactionalID == "" {
+		return l
+	}
+	return routineTxnLogger{l}
 }
 
 // routineTxnLogger logs franz-go's per-transaction messages at debug level:

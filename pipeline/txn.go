@@ -249,13 +249,17 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 		}
 		return &txnAbortedError{fmt.Errorf("load the producer id of transactional id %q: %w", e.txnID, err)}
 	}
+	// Bounded, so that a broker that stops answering makes the session
+	// retry rather than hang.
+	sctx, cancel := context.WithTimeout(ctx, stateReadTimeout)
+	defer cancel()
 	if !e.ensured {
-		if err := e.state.Ensure(ctx); err != nil {
+		if err := e.state.Ensure(sctx); err != nil {
 			return &txnAbortedError{err}
 		}
 		e.ensured = true
 	}
-	pos, err := e.state.Last(ctx, e.txnID)
+	pos, err := e.state.Last(sctx, e.txnID)
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
@@ -270,6 +274,10 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 		"confirmed_lsn", e.safe.String())
 	return nil
 }
+
+// stateReadTimeout bounds creating and reading the state topic at the start
+// of a session.
+const stateReadTimeout = time.Minute
 
 // eosFenced stops the relay: another producer owns the transactional id.
 // Safe for concurrent use.
