@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/inbox"
@@ -325,5 +326,59 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRepeatableReadConflictIsAnError: under REPEATABLE READ, a transaction
+// whose snapshot predates another's commit of the same event gets a
+// serialization failure (SQLSTATE 40001) from Handle, as the package
+// documentation says, rather than a silent "not applied"; retried in a new
+// transaction, the event is found applied.
+func TestRepeatableReadConflictIsAnError(t *testing.T) {
+	e := newEnv(t, inbox.Config{Consumer: "billing"})
+	connA, connB, watch := connect(t, e.dsn), connect(t, e.dsn), connect(t, e.dsn)
+	txA, err := connA.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := e.ib.Handle(ctx(t), txA, record("e-1", 0), deposit(10)); err != nil || !applied {
+		t.Fatalf("first Handle = %v, %v", applied, err)
+	}
+	txB, err := connB.BeginTx(ctx(t), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txB.Exec(ctx(t), `SELECT 1`); err != nil { // takes B's snapshot
+		t.Fatal(err)
+	}
+	type result struct {
+		applied bool
+		err     error
+	}
+	second := make(chan result, 1)
+	go func() {
+		applied, err := e.ib.Handle(context.Background(), txB, record("e-1", 0), deposit(10))
+		second <- result{applied, err}
+	}()
+	pidB := connB.PgConn().PID()
+	waitFor(t, "the second transaction to wait on the first's inbox row", func() bool {
+		var waiting bool
+		err := watch.QueryRow(ctx(t), `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pidB).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := txA.Commit(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-second
+	var pgErr *pgconn.PgError
+	if r.applied || !errors.As(r.err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("second Handle under REPEATABLE READ = %v, %v; want SQLSTATE 40001", r.applied, r.err)
+	}
+	_ = txB.Rollback(ctx(t))
+	if applied, err := e.ib.Process(ctx(t), connB, record("e-1", 0), deposit(10)); err != nil || applied {
+		t.Fatalf("retry = %v, %v; want not applied", applied, err)
+	}
+	if balance, applied := account(t, watch); balance != 10 || applied != 1 {
+		t.Fatalf("balance %d after %d calls, want 10 after 1", balance, applied)
 	}
 }
