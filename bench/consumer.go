@@ -36,6 +36,10 @@ func (e *Env) startConsumer(topics []string, firstID int64, capacity int, clk Cl
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		// What a consumer of exactly-once delivery must use; the same for
+		// every relay, so the latencies compare (without open Kafka
+		// transactions it sees records as soon as read_uncommitted would).
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)

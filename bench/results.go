@@ -72,6 +72,9 @@ type Settings struct {
 	// defaults (--walbox-args, --walbox-env); empty measures the defaults.
 	WalboxArgs []string `json:"walbox_args,omitempty"`
 	WalboxEnv  []string `json:"walbox_env,omitempty"`
+	// EOSTxnIntervalMs is the exactly-once runs' --transaction-max-interval
+	// (0: no exactly-once run).
+	EOSTxnIntervalMs float64 `json:"eos_transaction_max_interval_ms,omitempty"`
 }
 
 // DBCost is what a relay cost the database during a run.
@@ -284,12 +287,12 @@ func peakRSSSummary(res *Results) []RSSFigure {
 	}
 	if b := res.Backlog; b != nil {
 		for _, r := range b.Runs {
-			add(r.Relay, fmt.Sprintf("backlog drain, %s events", thousands(r.Events)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("backlog drain, %s events%s", thousands(r.Events), relayNote(r.Relay)), r.PeakRSSBytes)
 		}
 	}
 	if s := res.Steady; s != nil {
 		for _, r := range s.Runs {
-			add(r.Relay, fmt.Sprintf("steady load, %s events/s", thousands(s.TargetRate)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("steady load, %s events/s%s", thousands(s.TargetRate), relayNote(r.Relay)), r.PeakRSSBytes)
 		}
 	}
 	if l := res.LargeTxn; l != nil {

@@ -63,6 +63,12 @@ type Config struct {
 	// DrainTimeout bounds one drain or one steady run's tail.
 	DrainTimeout time.Duration
 
+	// ExactlyOnce adds walbox with --delivery exactly-once (relay
+	// "walbox-eos") to the backlog and steady scenarios, with Kafka
+	// transactions of at most EOSTxnInterval (bench/delivery.go).
+	ExactlyOnce    bool
+	EOSTxnInterval time.Duration
+
 	Log      *slog.Logger // diagnostics; relay logs at warn and above
 	Progress io.Writer    // one line per step
 
@@ -181,8 +187,11 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 		r.largePayload(ctx)
 	}
 	r.res.PeakRSS = peakRSSSummary(r.res)
-	r.res.Comparisons = compare(r.res)
-	r.res.Notes = notes(r.res)
+	if c.ExactlyOnce {
+		r.res.Settings.EOSTxnIntervalMs = float64(c.EOSTxnInterval) / float64(time.Millisecond)
+	}
+	r.res.Comparisons = append(compare(r.res), compareDelivery(r.res)...)
+	r.res.Notes = append(notes(r.res), deliveryNotes(r.res)...)
 	r.res.Debezium = r.debeziumSummary()
 	r.res.DurationSeconds = time.Since(r.res.Started).Seconds()
 	r.res.Machine.LoadAvgEnd = loadAvg()
@@ -396,6 +405,9 @@ func (r *Runner) backlog(ctx context.Context) {
 	if c.WithDebezium {
 		slots = append(slots, debeziumSlot)
 	}
+	if c.ExactlyOnce {
+		slots = append(slots, "bench_walbox_eos")
+	}
 	for _, slot := range slots {
 		if _, err := r.env.CreateSlot(ctx, slot); err != nil {
 			r.fail("backlog", err)
@@ -409,6 +421,10 @@ func (r *Runner) backlog(ctx context.Context) {
 
 	logPath := filepath.Join(c.OutDir, "walbox-backlog.log")
 	record(r.drain(ctx, r.env.NewWalboxProcess(r.bin, "bench_walbox", r.prefix("backlog", "walbox"), c.WalboxLinger, logPath), n, target, res.PayloadBytes, 0, nil, nil))
+	if c.ExactlyOnce {
+		record(r.drain(ctx, r.env.NewWalboxEOS(r.bin, "bench_walbox_eos", r.prefix("backlog", "walbox-eos"), c.WalboxLinger, c.EOSTxnInterval,
+			filepath.Join(c.OutDir, "walbox-eos-backlog.log")), n, target, res.PayloadBytes, 0, nil, nil))
+	}
 	if c.CPUProfile != "" {
 		onStart, onDone := r.profiler(c.CPUProfile, &r.res.CPUProfile)
 		record(r.drain(ctx, r.env.NewWalbox("bench_walbox_inproc", r.prefix("backlog", "walbox-inproc"), c.WalboxLinger, r.cfg.Log), n, target, res.PayloadBytes, 0, onStart, onDone))

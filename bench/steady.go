@@ -39,6 +39,11 @@ func (r *Runner) steady(ctx context.Context) {
 			return r.env.NewWalboxProcess(r.bin, "bench_walbox", r.prefix("steady", "walbox"), c.WalboxLinger, filepath.Join(c.OutDir, "walbox-steady.log"))
 		},
 	}
+	if c.ExactlyOnce {
+		relays = append(relays, func() Relay {
+			return r.env.NewWalboxEOS(r.bin, "bench_walbox_eos", r.prefix("steady", "walbox-eos"), c.WalboxLinger, c.EOSTxnInterval, filepath.Join(c.OutDir, "walbox-eos-steady.log"))
+		})
+	}
 	if c.CPUProfile != "" {
 		relays = append(relays, func() Relay {
 			return r.env.NewWalbox("bench_walbox_inproc", r.prefix("steady", "walbox-inproc"), c.WalboxLinger, r.cfg.Log)

@@ -42,6 +42,8 @@ type walboxProc struct {
 	prefix  string
 	linger  time.Duration
 	logPath string
+	name    string   // relay name; empty is walboxName
+	args    []string // extra arguments before the benchmark-wide ones (NewWalboxEOS)
 
 	cmd    *exec.Cmd
 	exited chan error
@@ -58,7 +60,12 @@ func (e *Env) NewWalboxProcess(bin, slot, prefix string, linger time.Duration, l
 // the comparisons use.
 const walboxName = "walbox"
 
-func (w *walboxProc) Name() string       { return walboxName }
+func (w *walboxProc) Name() string {
+	if w.name != "" {
+		return w.name
+	}
+	return walboxName
+}
 func (w *walboxProc) Slot() string       { return w.slot }
 func (w *walboxProc) ConfirmsSlot() bool { return true }
 func (w *walboxProc) Topics() []string {
@@ -99,7 +106,7 @@ func (w *walboxProc) Start(ctx context.Context) error {
 		"--metrics-addr", "127.0.0.1:0",
 		"--log-format", "text",
 	)
-	w.cmd.Args = append(w.cmd.Args, w.env.WalboxArgs...)
+	w.cmd.Args = append(append(w.cmd.Args, w.args...), w.env.WalboxArgs...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "WALBOX_") && !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {

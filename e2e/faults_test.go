@@ -45,11 +45,15 @@ type faultEnv struct {
 	col     *collector
 	walbox  *proc
 	metrics string
+	// exactlyOnce: walbox runs with --delivery exactly-once, and a
+	// duplicate fails the scenario.
+	exactlyOnce bool
 }
 
 const faultReceiveTimeout = 4 * time.Second
 
-func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, kproxy *faultproxy.Proxy, name string) *faultEnv {
+// extraEnv is appended to walbox's environment (exactly-once's options).
+func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, kproxy *faultproxy.Proxy, name string, extraEnv ...string) *faultEnv {
 	t.Helper()
 	// walbox raises its receive timeout to wal_sender_timeout: keep it at
 	// faultReceiveTimeout so a stalled connection is noticed within seconds.
@@ -85,6 +89,7 @@ func newFaultEnv(ctx context.Context, t *testing.T, broker *kafkatest.Broker, kp
 		"WALBOX_METRICS_ADDR=127.0.0.1:0",
 		"WALBOX_LOG_LEVEL=info",
 	}
+	e.env = append(e.env, extraEnv...)
 	// Transactions of 1 to 500 rows over 200 aggregates, a few per second.
 	e.w = startWriter(ctx, t, pg.DSN("postgres"), rand.Uint64(), 200, 500, 1_000_000, 100*time.Millisecond)
 	e.col = startCollectorPattern(ctx, t, []string{kproxy.Addr()}, strings.ReplaceAll(prefix, ".", `\.`)+".*")
@@ -138,6 +143,9 @@ func (e *faultEnv) finish(scenario string, recover time.Duration, note string) f
 	rep := outboxtest.CheckPrefix(written, e.col.snapshot(), e.prefix)
 	if !rep.OK() || rep.Delivered != len(written) {
 		e.t.Errorf("%s: %v", scenario, rep)
+	}
+	if e.exactlyOnce && rep.Duplicates != 0 {
+		e.t.Errorf("%s: %d duplicates with --delivery exactly-once, want 0: %v", scenario, rep.Duplicates, rep)
 	}
 	return faultRow{scenario: scenario, report: rep, recover: recover, note: note}
 }
@@ -208,10 +216,7 @@ func TestFaults(t *testing.T) {
 	var rows []faultRow
 	defer func() { printFaultReport(t, rows) }()
 
-	scenarios := []struct {
-		name string
-		run  func(e *faultEnv) faultRow
-	}{
+	scenarios := []faultScenario{
 		{"walbox-sigkill-x20", func(e *faultEnv) faultRow {
 			rng := rand.New(rand.NewPCG(1, 2))
 			e.flowing(200)
@@ -303,6 +308,7 @@ func TestFaults(t *testing.T) {
 			break
 		}
 	}
+	runExactlyOnceFaults(ctx, t, broker, kproxy, scenarios, &rows)
 }
 
 func printFaultReport(t *testing.T, rows []faultRow) {

@@ -64,6 +64,8 @@ type options struct {
 	pollLimit     time.Duration
 	verbose       bool
 	withDebezium  bool
+	exactlyOnce   bool
+	eosInterval   time.Duration
 }
 
 // Sizes of the default and the quick run.
@@ -112,6 +114,8 @@ Options:
 	fs.StringVar(&o.walboxArgs, "walbox-args", "", "extra arguments of every walbox run, space-separated (e.g. \"--max-inflight-records 5000\"); the default measures walbox's defaults")
 	fs.StringVar(&o.walboxEnv, "walbox-env", "", "extra environment of every walbox run, comma-separated KEY=VALUE (e.g. GOMEMLIMIT=40MiB); GOMEMLIMIT, GOGC and WALBOX_* are not passed on from this process's environment")
 	fs.DurationVar(&o.pollLimit, "poll-drain-limit", time.Minute, "stop a polling relay's backlog drain after this long and report the rate so far (0: no limit)")
+	fs.BoolVar(&o.exactlyOnce, "exactly-once", true, "also run walbox with --delivery exactly-once (relay walbox-eos) in the backlog and steady scenarios, next to at-least-once; --exactly-once=false skips it")
+	fs.DurationVar(&o.eosInterval, "eos-txn-interval", config.Defaults().TransactionMaxInterval, "walbox-eos's --transaction-max-interval (default: walbox's own default)")
 	fs.BoolVar(&o.verbose, "v", false, "log the relays' and the harness's diagnostics to stderr")
 	fs.BoolVar(&o.withDebezium, "with-debezium", false, "also run Debezium 3.x (Postgres connector + Outbox Event Router in Kafka Connect standalone, jars from e2e/debezium/pom.xml through mvn) in the backlog and steady scenarios and print walbox/Debezium ratios; needs java 17+, mvn and a real broker")
 	if err := fs.Parse(args); err != nil {
@@ -139,6 +143,8 @@ Options:
 	switch {
 	case o.events < o.txnSize || o.txnSize < 1:
 		return o, fmt.Errorf("--events (%d) must be at least --txn-size (%d), which must be positive", o.events, o.txnSize)
+	case o.exactlyOnce && o.eosInterval <= 0:
+		return o, errors.New("--eos-txn-interval must be positive")
 	case o.aggregates < 1, o.rate < 1, o.duration <= 0, o.loadConns < 1, o.writerConns < 1, o.payloadRows < 1, o.payloadBytes < 1:
 		return o, errors.New("--aggregates, --rate, --duration, --load-conns, --writer-conns, --payload-rows and --payload-bytes must be positive")
 	}
@@ -224,6 +230,7 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 		Rate: o.rate, Duration: o.duration, WriterConns: o.writerConns, SteadyCeiling: o.steadyCeiling,
 		LargeTxn: large, PollBatches: polls, Scenarios: scenarios,
 		LargePayloadRows: o.payloadRows, LargePayloadBytes: o.payloadBytes,
+		ExactlyOnce: o.exactlyOnce, EOSTxnInterval: o.eosInterval,
 		OutDir: out, CPUProfile: o.cpuProfile, WalboxBin: o.walboxBin, WalboxLinger: o.walboxLinger, PollDrainLimit: o.pollLimit,
 		Log: log, Progress: stderr, WithDebezium: o.withDebezium,
 	}, env)

@@ -21,25 +21,44 @@ type Received struct {
 	At time.Time
 }
 
-// Consumer reads topics from the start with read_committed isolation.
+// Consumer reads topics from the start, with read_committed isolation
+// unless ReadUncommitted is given.
 type Consumer struct {
 	cl *kgo.Client
 }
 
-// NewConsumer consumes the topics matching the regular expression pattern.
-func NewConsumer(brokers []string, pattern string) (*Consumer, error) {
-	cl, err := kgo.NewClient(
+// ConsumerOption changes a Consumer's defaults.
+type ConsumerOption func(*[]kgo.Opt)
+
+// ReadUncommitted makes the consumer read with read_uncommitted isolation:
+// it then also sees the records of aborted and still open Kafka
+// transactions, which a test can count to show that aborts happened and
+// that read_committed consumers are spared them.
+func ReadUncommitted() ConsumerOption {
+	return func(o *[]kgo.Opt) { *o = append(*o, kgo.FetchIsolationLevel(kgo.ReadUncommitted())) }
+}
+
+// NewConsumer consumes the topics matching the regular expression pattern,
+// with read_committed isolation unless an option says otherwise: records of
+// aborted Kafka transactions are never returned, and those of open ones only
+// once committed.
+func NewConsumer(brokers []string, pattern string, opts ...ConsumerOption) (*Consumer, error) {
+	kopts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeRegex(),
 		kgo.ConsumeTopics(pattern),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.MetadataMinAge(250*time.Millisecond),
+		kgo.MetadataMinAge(250 * time.Millisecond),
 		// Regex subscriptions only discover new topics on a metadata
 		// refresh; walbox creates topics as it goes.
 		kgo.MetadataMaxAge(time.Second),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}
+	for _, o := range opts {
+		o(&kopts) // a later isolation level replaces the earlier one
+	}
+	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
