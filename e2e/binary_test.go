@@ -60,7 +60,13 @@ type proc struct {
 
 func startWalbox(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(walboxBinary(t), append([]string{"run"}, args...)...)
+	return startWalboxCmd(t, env, append([]string{"run"}, args...)...)
+}
+
+// startWalboxCmd starts the walbox binary with args (the subcommand first).
+func startWalboxCmd(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(walboxBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
@@ -76,7 +82,7 @@ func startWalbox(t *testing.T, env []string, args ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("walbox pid %d log:\n%s", cmd.Process.Pid, p.stderr.Tail(8000))
+			t.Logf("walbox %v (pid %d) log:\n%s", args, cmd.Process.Pid, p.stderr.Tail(8000))
 		}
 	})
 	return p

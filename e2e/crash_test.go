@@ -210,31 +210,7 @@ func startCollector(ctx context.Context, t *testing.T, brokers []string) *collec
 
 func startCollectorPattern(ctx context.Context, t *testing.T, brokers []string, pattern string) *collector {
 	t.Helper()
-	c, err := outboxtest.NewConsumer(brokers, pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := &collector{}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for cctx.Err() == nil {
-			recs, err := c.Poll(cctx)
-			col.mu.Lock()
-			col.got = append(col.got, recs...)
-			if err != nil && col.err == nil {
-				col.err = err
-			}
-			col.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		c.Close()
-	})
-	return col
+	return startCollectorWith(ctx, t, brokers, pattern)
 }
 
 func (c *collector) distinct() int {

@@ -21,7 +21,6 @@ import (
 	"github.com/walbox/walbox/debezium"
 	"github.com/walbox/walbox/internal/debeziumtest"
 	"github.com/walbox/walbox/internal/kafkatest"
-	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 )
@@ -391,31 +390,6 @@ func runWalboxCmd(t *testing.T, env []string, args ...string) (string, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-// startWalboxCmd starts the walbox binary with args (the subcommand first).
-func startWalboxCmd(t *testing.T, env []string, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(walboxBinary(t), args...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	cmd.Stdout = p.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("walbox %v log:\n%s", args, p.stderr.Tail(8000))
-		}
-	})
-	return p
 }
 
 // distinctIDs counts the distinct event ids (the EventRouter's "id"

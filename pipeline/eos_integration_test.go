@@ -224,7 +224,7 @@ func TestRelayExactlyOnceAcrossKills(t *testing.T) {
 				// received the 20 transactions after the slot's position
 				// (the end of the first Kafka transaction, 10 of them).
 				waitFor(t, time.Minute, "the second instance to receive the re-sent transactions", func() bool {
-					return counterValue(t, second.reg, "walbox_transactions_total") >= 20
+					return metricValue(t, second.reg, "walbox_transactions_total") >= 20
 				})
 			}
 			// Let the frozen instance go on: it must not confirm nor
@@ -249,8 +249,8 @@ func TestRelayExactlyOnceAcrossKills(t *testing.T) {
 			if !rep.OK() || rep.Duplicates != 0 || rep.Delivered != len(written) {
 				t.Fatalf("exactly-once check failed: %v", rep)
 			}
-			skipped := counterValue(t, second.reg, "walbox_transactions_skipped_total")
-			aborted := counterValue(t, second.reg, "walbox_kafka_transactions_total", "aborted")
+			skipped := metricValue(t, second.reg, "walbox_transactions_skipped_total")
+			aborted := metricValue(t, second.reg, "walbox_kafka_transactions_total", "result", "aborted")
 			t.Logf("second instance skipped %v postgres transactions, aborted %v kafka transactions", skipped, aborted)
 			// The second Kafka transaction holds at least the 10 Postgres
 			// transactions after the first's 100 rows (more if they were
@@ -267,29 +267,4 @@ func TestRelayExactlyOnceAcrossKills(t *testing.T) {
 			}
 		})
 	}
-}
-
-// counterValue returns the counter name (with a label of value lv, if
-// given) gathered from reg; 0 if it has no such series.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, lv ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := len(lv) == 0
-			for _, lp := range m.GetLabel() {
-				match = match || lp.GetValue() == lv[0]
-			}
-			if match {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
