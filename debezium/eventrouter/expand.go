@@ -56,6 +56,24 @@ type jparser struct {
 
 const maxDepth = 1000 // Jackson's default StreamReadConstraints nesting limit
 
+// separator reads what follows a member or element: a comma (another one
+// comes, end false) or the closing bracket (end true).
+func (p *jparser) separator(closing byte) (end bool, err error) {
+	p.ws()
+	if p.pos >= len(p.s) {
+		return false, errJSONSyntax
+	}
+	switch p.s[p.pos] {
+	case ',':
+		p.pos++
+		return false, nil
+	case closing:
+		p.pos++
+		return true, nil
+	}
+	return false, errJSONSyntax
+}
+
 func (p *jparser) ws() {
 	for p.pos < len(p.s) {
 		switch p.s[p.pos] {
@@ -112,19 +130,13 @@ func (p *jparser) value(depth int) (*jnode, error) {
 			if !replaced {
 				n.keys, n.vals = append(n.keys, k), append(n.vals, v)
 			}
-			p.ws()
-			if p.pos >= len(p.s) {
-				return nil, errJSONSyntax
+			end, err := p.separator('}')
+			if err != nil {
+				return nil, err
 			}
-			if p.s[p.pos] == ',' {
-				p.pos++
-				continue
-			}
-			if p.s[p.pos] == '}' {
-				p.pos++
+			if end {
 				return n, nil
 			}
-			return nil, errJSONSyntax
 		}
 	case c == '[':
 		p.pos++
@@ -140,19 +152,13 @@ func (p *jparser) value(depth int) (*jnode, error) {
 				return nil, err
 			}
 			n.elems = append(n.elems, v)
-			p.ws()
-			if p.pos >= len(p.s) {
-				return nil, errJSONSyntax
+			end, err := p.separator(']')
+			if err != nil {
+				return nil, err
 			}
-			if p.s[p.pos] == ',' {
-				p.pos++
-				continue
-			}
-			if p.s[p.pos] == ']' {
-				p.pos++
+			if end {
 				return n, nil
 			}
-			return nil, errJSONSyntax
 		}
 	case c == '"':
 		s, err := p.str()
