@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
@@ -23,6 +24,14 @@ import (
 // (topic outbox.event.<aggregate_type>, key aggregate_id, value the
 // payload, the event id in the "id" header). Needs no Java.
 func TestDebeziumModeRun(t *testing.T) {
+	for _, delivery := range []string{"at-least-once", "exactly-once"} {
+		t.Run(delivery, func(t *testing.T) { testDebeziumModeRun(t, delivery) })
+	}
+}
+
+// testDebeziumModeRun runs Debezium mode with the given --delivery: the
+// EventRouter's records go through a Kafka transaction as walbox's own do.
+func testDebeziumModeRun(t *testing.T, delivery string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	brokers := kfakeBrokers(t)
@@ -69,7 +78,7 @@ value.converter=org.apache.kafka.connect.storage.StringConverter
 		t.Fatal(err)
 	}
 	col := startCollector(ctx, t, brokers)
-	p := startWalbox(t, []string{"WALBOX_METRICS_ADDR="}, "--debezium-config", cpath, "--debezium-worker-config", wpath)
+	p := startWalbox(t, []string{"WALBOX_METRICS_ADDR="}, "--debezium-config", cpath, "--debezium-worker-config", wpath, "--delivery", delivery)
 	waitUntil(ctx, t, time.Minute, "walbox to stream from slot orders_outbox", func() bool {
 		var active bool
 		_ = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'orders_outbox'").Scan(&active)
@@ -112,8 +121,38 @@ value.converter=org.apache.kafka.connect.storage.StringConverter
 			t.Errorf("record has walbox's event_id header in Debezium mode: %v", r.Headers)
 		}
 	}
+	if delivery == "exactly-once" {
+		// The events went through Kafka transactions: their position is
+		// committed under the slot's transactional id.
+		if n := stateRecords(ctx, t, brokers, "walbox.state", "walbox-orders_outbox"); n == 0 {
+			t.Error("no committed position in walbox.state for transactional id walbox-orders_outbox")
+		}
+	}
 	var pubTables int
 	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'orders_outbox' AND tablename = 'outbox'").Scan(&pubTables); err != nil || pubTables != 1 {
 		t.Errorf("publication orders_outbox: %d tables, %v", pubTables, err)
 	}
+}
+
+// stateRecords counts the committed records of key in the exactly-once
+// state topic, read from the start to its end with read_committed.
+func stateRecords(ctx context.Context, t *testing.T, brokers []string, topic, key string) int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	n := 0
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for n == 0 && pctx.Err() == nil {
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == key {
+				n++
+			}
+		})
+	}
+	return n
 }
