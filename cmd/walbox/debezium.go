@@ -76,8 +76,15 @@ func (d *debeziumMode) setup(ctx context.Context, cfg config.Config, log *slog.L
 	if err != nil {
 		return slot, nil, err
 	}
+	rt, err := d.router(ctx, cfg, log)
+	return slot, rt, err
+}
+
+// router reads the outbox tables' column facts and returns the EventRouter.
+// `walbox replay` uses it too, so that replayed records are Debezium's.
+func (d *debeziumMode) router(ctx context.Context, cfg config.Config, log *slog.Logger) (*eventrouter.Router, error) {
 	var cols map[string][]eventrouter.ColumnInfo
-	err = retryPostgres(ctx, cfg, log, func() error {
+	err := retryPostgres(ctx, cfg, log, func() error {
 		cc, err := cfg.ConnConfig()
 		if err != nil {
 			return err
@@ -91,11 +98,7 @@ func (d *debeziumMode) setup(ctx context.Context, cfg config.Config, log *slog.L
 		return err
 	})
 	if err != nil {
-		return slot, nil, err
+		return nil, err
 	}
-	rt, err := eventrouter.New(d.routerConfig(cfg, cols))
-	if err != nil {
-		return slot, nil, err
-	}
-	return slot, rt, nil
+	return eventrouter.New(d.routerConfig(cfg, cols))
 }

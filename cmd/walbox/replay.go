@@ -93,17 +93,12 @@ func replayMain(args []string, getenv func(string) string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
 		return exitUsage
 	}
-	rcfg := cfg.RouterConfig()
-	if topicGiven {
-		rcfg.Columns.Topic = ""
-	}
-	rt, err := router.New(rcfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
-		return exitUsage
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	rt, code := replayRouter(ctx, cfg, topicGiven, stderr)
+	if rt == nil {
+		return code
+	}
 	if o.Table.FromTable {
 		err = runTableReplay(ctx, cfg, o.Table, o.DryRun, rt, stdout, stderr)
 	} else {
@@ -144,7 +139,38 @@ func (o replayOptions) parseRange() (pipeline.Range, error) {
 	return rg, nil
 }
 
-func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipeline.Range, rt *router.Router, stdout, stderr io.Writer) error {
+// replayRouter is the router of the replayed records: walbox's own, or in
+// Debezium mode (--debezium-config) the EventRouter, so that a replay sends
+// the records the live stream sent. On failure it has reported why and
+// returns the exit code.
+func replayRouter(ctx context.Context, cfg config.Config, topicGiven bool, stderr io.Writer) (pipeline.Router, int) {
+	if cfg.DebeziumConfig != "" {
+		log := newLogger(cfg, stderr)
+		d, err := newDebeziumMode(cfg, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
+			return nil, exitUsage
+		}
+		rt, err := d.router(ctx, cfg, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
+			return nil, exitFatal
+		}
+		return rt, exitOK
+	}
+	rcfg := cfg.RouterConfig()
+	if topicGiven {
+		rcfg.Columns.Topic = ""
+	}
+	rt, err := router.New(rcfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
+		return nil, exitUsage
+	}
+	return rt, exitOK
+}
+
+func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipeline.Range, rt pipeline.Router, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	pcfg := cfg.PipelineConfig()
 	rcfg := pipeline.ReplayConfig{

@@ -16,7 +16,6 @@ import (
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/pipeline"
-	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
 )
@@ -165,7 +164,7 @@ type eventIDKey struct{}
 
 // runTableReplay is walbox replay --from-table: it returns once Kafka
 // acknowledged every record, or the first error.
-func runTableReplay(ctx context.Context, cfg config.Config, o tableOptions, dryRun bool, rt *router.Router, stdout, stderr io.Writer) error {
+func runTableReplay(ctx context.Context, cfg config.Config, o tableOptions, dryRun bool, rt pipeline.Router, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	producer, closeProducer, err := replayProducer(ctx, cfg, dryRun, log)
 	if err != nil {
@@ -206,7 +205,7 @@ func runTableReplay(ctx context.Context, cfg config.Config, o tableOptions, dryR
 
 // readTable reads the selected rows in one read-only snapshot and routes
 // each: counted (dry run) or produced with the replay header.
-func readTable(ctx context.Context, cfg config.Config, o tableOptions, dryRun bool, rt *router.Router,
+func readTable(ctx context.Context, cfg config.Config, o tableOptions, dryRun bool, rt pipeline.Router,
 	producer pipeline.Producer, r *tableReplay, log *slog.Logger, stderr io.Writer,
 ) (produced int, total int64, err error) {
 	sel := o.rowSelect(cfg)
