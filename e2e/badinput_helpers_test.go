@@ -8,12 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,25 +39,8 @@ type biProc struct {
 // startWalboxSplit is startWalbox with stdout captured separately.
 func startWalboxSplit(t *testing.T, env []string, args ...string) *biProc {
 	t.Helper()
-	cmd := exec.Command(walboxBinary(t), append([]string{"run"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &biProc{proc: &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}, stdout: &logbuf.Buffer{}}
-	cmd.Stderr, cmd.Stdout = p.stderr, p.stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("walbox pid %d stderr:\n%s\nstdout:\n%s", cmd.Process.Pid, p.stderr.Tail(8000), p.stdout.Tail(2000))
-		}
-	})
-	return p
+	out := &logbuf.Buffer{}
+	return &biProc{proc: startWalboxOut(t, env, out, append([]string{"run"}, args...)...), stdout: out}
 }
 
 type biResult struct {

@@ -66,11 +66,22 @@ func startWalbox(t *testing.T, env []string, args ...string) *proc {
 // startWalboxCmd starts the walbox binary with args (the subcommand first).
 func startWalboxCmd(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startWalboxOut(t, env, nil, args...)
+}
+
+// startWalboxOut starts the walbox binary with args (the subcommand
+// first), its stderr in the returned proc and its stdout in stdout, or
+// with stderr when stdout is nil. It is killed when the test ends, and its
+// output logged if the test failed.
+func startWalboxOut(t *testing.T, env []string, stdout *logbuf.Buffer, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(walboxBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	cmd.Stdout = p.stderr
+	cmd.Stderr, cmd.Stdout = p.stderr, p.stderr
+	if stdout != nil {
+		cmd.Stdout = stdout
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -82,7 +93,10 @@ func startWalboxCmd(t *testing.T, env []string, args ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("walbox %v (pid %d) log:\n%s", args, cmd.Process.Pid, p.stderr.Tail(8000))
+			t.Logf("walbox %v (pid %d) stderr:\n%s", args, cmd.Process.Pid, p.stderr.Tail(8000))
+			if stdout != nil {
+				t.Logf("stdout:\n%s", stdout.Tail(2000))
+			}
 		}
 	})
 	return p

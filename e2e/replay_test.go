@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -95,25 +93,8 @@ func (e *replayEnv) batch(t *testing.T, gen *outboxtest.Generator, txns, per int
 // startReplay starts `walbox replay args...` with stdout kept apart.
 func startReplay(t *testing.T, env []string, args ...string) *biProc {
 	t.Helper()
-	cmd := exec.Command(walboxBinary(t), append([]string{"replay"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &biProc{proc: &proc{cmd: cmd, stderr: &logbuf.Buffer{}, done: make(chan struct{})}, stdout: &logbuf.Buffer{}}
-	cmd.Stderr, cmd.Stdout = p.stderr, p.stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("walbox replay %v stderr:\n%s\nstdout:\n%s", args, p.stderr.Tail(6000), p.stdout.Tail(2000))
-		}
-	})
-	return p
+	out := &logbuf.Buffer{}
+	return &biProc{proc: startWalboxOut(t, env, out, append([]string{"replay"}, args...)...), stdout: out}
 }
 
 func runReplay(t *testing.T, env []string, args ...string) biResult {
