@@ -25,6 +25,7 @@ import (
 
 	"github.com/walbox/walbox/debezium/eventrouter"
 	"github.com/walbox/walbox/internal/debeziumtest"
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
@@ -407,6 +408,7 @@ func (c dbzCase) routerConfig(t *testing.T) eventrouter.Config {
 // timestamp (equal when taken from table.field.event.timestamp; otherwise
 // both are processing times and only checked to lie in the test's window).
 func TestDebeziumRecordsMatch(t *testing.T) {
+	fulltest.Require(t, "Debezium byte-for-byte comparison, runs Kafka Connect")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cases := dbzCases()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/walbox/walbox/debezium"
 	"github.com/walbox/walbox/internal/debeziumtest"
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
@@ -37,13 +38,19 @@ import (
 // sent again exactly once; and nothing committed before that start was
 // sent again. An independent pgoutput slot created before the first write
 // gives each event's commit position.
-func TestDebeziumTakeoverGracefulStop(t *testing.T) { runTakeover(t, false) }
+func TestDebeziumTakeoverGracefulStop(t *testing.T) {
+	fulltest.Require(t, "takeover of a running Debezium connector, runs Kafka Connect")
+	runTakeover(t, false)
+}
 
 // The SIGKILL case also kills walbox itself right after it has taken
 // over, and starts the takeover again: it must either plan the same start
 // (nothing confirmed yet) or say the takeover is done, after which walbox
 // run resumes.
-func TestDebeziumTakeoverKilled(t *testing.T) { runTakeover(t, true) }
+func TestDebeziumTakeoverKilled(t *testing.T) {
+	fulltest.Require(t, "takeover of a killed Debezium connector, runs Kafka Connect")
+	runTakeover(t, true)
+}
 
 func runTakeover(t *testing.T, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

@@ -22,9 +22,9 @@ type faultScenario struct {
 // since TestExactlyOnceSurvivesSIGKILLs does 120.
 var exactlyOnceFaults = []string{
 	"kafka-sigkill",
-	"kafka-unreachable-30s",
+	"kafka-unreachable",
 	"kafka-connection-reset",
-	"kafka-connection-stalled-30s",
+	"kafka-connection-stalled",
 	"postgres-crash",
 	"pg-connection-dropped",
 	"pg-connection-blackholed",

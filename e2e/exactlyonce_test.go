@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/outboxtest"
 )
@@ -84,7 +85,8 @@ func killedItself(p *proc) (bool, string) {
 
 // TestExactlyOnceSurvivesSIGKILLs runs walbox with --delivery exactly-once
 // against the real Kafka broker while a writer commits outbox transactions
-// of 1 to 40 rows over 200 aggregates, and SIGKILLs it 120 times: half at
+// of 1 to 40 rows over 200 aggregates, and SIGKILLs it 120 times (6 in the
+// short run): half at
 // random moments spread over its whole cycle (starting, reading the state
 // topic, producing, committing, confirming), half at each phase of a Kafka
 // transaction through walbox's crash hook (after producing every record,
@@ -111,7 +113,9 @@ func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 
 	// maxDelay spans a process's whole cycle: start, Postgres and Kafka
 	// setup, the state topic read, and several transactions.
-	const kills, maxDelay = 120, 2500 * time.Millisecond
+	// The short run kills six times: each hook phase once, three at random.
+	kills := fulltest.Pick(6, 120)
+	const maxDelay = 2500 * time.Millisecond
 	rng := rand.New(rand.NewPCG(seed, 11))
 	counts := map[string]int{}
 	var delays []time.Duration

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/debeziumtest"
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
 )
 
@@ -101,6 +102,7 @@ func randomScalar(r *rand.Rand) string {
 // requires walbox's expansion to give the same outcome and the same bytes
 // through JsonConverter with and without schemas and StringConverter.
 func TestExpandMatchesDebezium(t *testing.T) {
+	fulltest.Require(t, "Debezium's JsonConverter on a JVM")
 	if testing.Short() {
 		t.Skip("runs a JVM")
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/walbox/walbox/internal/debeziumtest"
+	"github.com/walbox/walbox/internal/fulltest"
 )
 
 // TestKillResendsUnflushed shows what a crash of Debezium means, which the
@@ -13,6 +14,7 @@ import (
 // an event it had already delivered is delivered a second time
 // (Debezium's at-least-once window), none lost.
 func TestKillResendsUnflushed(t *testing.T) {
+	fulltest.Require(t, "the Kafka Connect harness under a kill")
 	f := newFixture(t, "kill")
 	c := debeziumtest.StartT(t, f.opts)
 	const id = "7c9e6679-7425-40de-944b-e07fc1f90ae7"

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/debeziumtest"
+	"github.com/walbox/walbox/internal/fulltest"
 )
 
 // TestSmoke runs real Debezium (Connect standalone, Postgres connector,
@@ -15,6 +16,7 @@ import (
 // the payload as value and the event id in the `id` header, and a graceful
 // Stop writes the offsets file (the periodic flush is out of reach).
 func TestSmoke(t *testing.T) {
+	fulltest.Require(t, "the Kafka Connect harness")
 	f := newFixture(t, "smoke")
 	start := time.Now()
 	c := debeziumtest.StartT(t, f.opts)

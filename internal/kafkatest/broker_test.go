@@ -20,6 +20,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/internal/fulltest"
 )
 
 // rec is where one produced record landed.
@@ -146,6 +148,7 @@ func TestStartFailureReportsLog(t *testing.T) {
 // fail with the bind error from the broker log, and succeed once the port
 // is free again.
 func TestRestartOnTakenPort(t *testing.T) {
+	fulltest.Require(t, "broker restart when its port was taken")
 	b := Start(t)
 	b.RequireFaults(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

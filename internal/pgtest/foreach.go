@@ -7,12 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/walbox/walbox/internal/fulltest"
 )
 
 // VersionsEnv names the environment variable that chooses the versions
 // ForEachVersion runs:
 //
-//	unset or ""  every installed version (InstalledVersions)
+//	unset or ""  every installed version (InstalledVersions) in the long
+//	             suites (WALBOX_TEST_FULL=1), else only the default one
 //	all          every supported version, 14 to 18; one missing fails the test
 //	default      only the one StartServer uses without Options.BinDir
 //	14,16        these majors; one missing fails the test
@@ -41,7 +44,9 @@ func WithBinDir(dir string) func(*Options) {
 
 // ForEachVersion runs fn as a subtest named "pg14", "pg15", ... per
 // PostgreSQL major version chosen by WALBOX_PG_VERSIONS (see VersionsEnv);
-// by default every installed one. fn starts its own server, e.g. with
+// by default every installed one in the long suites and the default one in
+// the short run, so a laptop with five versions installed still finishes
+// `go test ./...` in minutes. fn starts its own server, e.g. with
 // Start(t, WithBinDir(v.BinDir)), and may call t.Parallel.
 //
 // With no PostgreSQL installed at all the test is skipped, or fails when
@@ -71,6 +76,9 @@ func selectVersions(spec string) ([]Version, error) {
 		return nil, err
 	}
 	spec = strings.TrimSpace(spec)
+	if spec == "" && !fulltest.Enabled() {
+		spec = "default"
+	}
 	switch spec {
 	case "":
 		if len(installed) == 0 {

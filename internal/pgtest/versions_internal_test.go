@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/walbox/walbox/internal/fulltest"
 )
 
 func TestParseVersionOutput(t *testing.T) {
@@ -108,13 +110,20 @@ func TestInstalledVersionsSourcesAndPreference(t *testing.T) {
 	t.Run("select", func(t *testing.T) {
 		for _, tc := range []struct {
 			spec    string
+			full    string // WALBOX_TEST_FULL
+			wantAll bool   // every installed version
 			want    []int
 			wantErr []string // all in the message
 		}{
 			{spec: "97, 96,97", want: []int{96, 97}},
+			{spec: "", full: "1", wantAll: true},
+			// The short run tests the default version only: before, a
+			// laptop with every version installed ran each test five times.
+			{spec: "", full: "", want: []int{97}},
 			{spec: "95", wantErr: []string{"PostgreSQL 95 not installed", "go run ./internal/pgtest/cmd/pginstall"}},
 			{spec: "14,x", wantErr: []string{"comma-separated"}},
 		} {
+			t.Setenv(fulltest.Env, tc.full)
 			vs, err := selectVersions(tc.spec)
 			if tc.wantErr != nil {
 				for _, want := range tc.wantErr {
@@ -132,8 +141,15 @@ func TestInstalledVersionsSourcesAndPreference(t *testing.T) {
 			for _, v := range vs {
 				majors = append(majors, v.Major)
 			}
-			if !slices.Equal(majors, tc.want) {
-				t.Errorf("selectVersions(%q) = %v, want %v", tc.spec, majors, tc.want)
+			want := tc.want
+			if tc.wantAll {
+				want = nil
+				for _, v := range got {
+					want = append(want, v.Major)
+				}
+			}
+			if !slices.Equal(majors, want) {
+				t.Errorf("selectVersions(%q) with %s=%q = %v, want %v", tc.spec, fulltest.Env, tc.full, majors, want)
 			}
 		}
 	})

@@ -1,0 +1,48 @@
+// Package fulltest separates the short test run, the one `go test ./...`
+// does on a newcomer's laptop in a few minutes, from the long suites that
+// CI runs: the full fault table, the kill loops, the exactly-once soak, the
+// Debezium byte-for-byte comparison and every PostgreSQL version.
+//
+// The short run still proves the product end to end against real servers
+// (delivery, per-aggregate order, ack-ordered confirmation, a crash, a Kafka
+// outage, a Postgres restart); a long suite only repeats those faults more
+// often, for longer, on more versions or in more corners. Turning a test
+// into a long one is a statement that the short run already covers what it
+// proves at least once.
+package fulltest
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// Env names the environment variable that turns the long suites on.
+// `.ci/run` sets it; the README's test command leaves it unset.
+const Env = "WALBOX_TEST_FULL"
+
+// Enabled reports whether the long suites run: WALBOX_TEST_FULL=1 (or any
+// value strconv.ParseBool reads as true).
+func Enabled() bool {
+	on, err := strconv.ParseBool(os.Getenv(Env))
+	return err == nil && on
+}
+
+// Require skips the calling test unless the long suites are on. why says
+// what the test adds to the short run, so a skipped line tells a reader
+// what they did not run.
+func Require(t testing.TB, why string) {
+	t.Helper()
+	if !Enabled() {
+		t.Skipf("long suite (%s): set %s=1 to run it", why, Env)
+	}
+}
+
+// Pick returns full when the long suites are on and short otherwise: the
+// size of a loop, a soak's length, a row count.
+func Pick[T any](short, full T) T {
+	if Enabled() {
+		return full
+	}
+	return short
+}
