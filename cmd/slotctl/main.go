@@ -19,13 +19,24 @@ const usageFormat = `slotctl manages the Postgres side of walbox: the publicatio
 table and the pgoutput logical replication slot walbox streams from.
 
 Usage:
-  slotctl create  [flags]   check the server, create the publication and the slot if missing
-  slotctl inspect [flags]   show the slot, the publication and any problem found
-  slotctl drop    [flags]   drop the slot (and with --publication-too the publication)
-  slotctl list    [flags]   list every logical slot of the database
-  slotctl advance --to LSN  move the slot forward, skipping what lies before LSN
-  slotctl copy    --to NAME copy the slot into a new permanent slot NAME
-  slotctl help [command]    show this help, or a command's
+  slotctl create  [--slot NAME] [--publication NAME] [--table SCHEMA.TABLE] [--failover-slot]
+                  check the server, create the publication and the slot if missing
+  slotctl inspect [--slot NAME] [--publication NAME] [--json]
+                  show the slot, the publication and any problem found
+  slotctl drop    [--slot NAME] [--publication-too] [--yes]
+                  drop the slot (and with --publication-too the publication)
+  slotctl list    [--json]
+                  list every logical slot of the database
+  slotctl advance --to LSN [--slot NAME] [--yes] [--json]
+                  move the slot forward, skipping what lies before LSN
+  slotctl copy    --to NAME [--slot NAME] [--json]
+                  copy the slot into a new permanent slot NAME
+  slotctl help [command]
+                  show this help, or a command's
+  Every command needs the database: --pg-dsn DSN, or the environment variable
+  WALBOX_PG_DSN, or pg_dsn in the YAML file of --config FILE; for example
+    slotctl create --pg-dsn "postgres://walbox:PASSWORD@localhost:5432/app"
+  --slot, --publication and --table default to walbox, walbox, public.outbox.
 
 Configuration: the same as walbox run's, read the same way: a flag, a WALBOX_*
 environment variable, or a key of the YAML file named by --config or
