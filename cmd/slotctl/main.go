@@ -58,7 +58,9 @@ create:
   'insert'); needs the table's owner) and then the slot. Existing ones are
   verified: a publication covering other tables or not publishing inserts, or
   a slot of another plugin or database, is an error that says how to fix it.
-  Prints what it created and the slot.
+  Prints what it created and the slot. Warns (stderr) when the new slot's
+  table already holds rows: they were committed before the slot and will not
+  be sent; the warning says how to send them.
 
 inspect:
   --json               print JSON instead of text
