@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/internal/connerr"
 )
 
 const usageFormat = `slotctl manages the Postgres side of walbox: the publication over the outbox
@@ -176,7 +177,7 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	if err != nil {
 		// The library's messages start with "slotctl: "; one prefix is enough.
-		msg := strings.ReplaceAll(err.Error(), "\nslotctl: ", "\n")
+		msg := strings.ReplaceAll(connerr.Describe(err), "\nslotctl: ", "\n")
 		fmt.Fprintf(e.stderr, "slotctl %s: %s\n", name, strings.TrimPrefix(msg, "slotctl: "))
 	}
 	return exitCode(err)
