@@ -16,10 +16,15 @@
 -- the publication, which requires table ownership, is created by an admin
 -- with 002_publication.sql.
 --
--- No password is set here, so none ends up in version control. Set one
--- from your secret store, e.g. in psql:
---   \password walbox
--- or ALTER ROLE walbox PASSWORD '...'; or use certificate authentication.
+-- No password is set here, so none ends up in version control. walbox
+-- cannot log in until the role has one (where pg_hba.conf asks for a
+-- password, as it should). Set it once, as a superuser, with your own
+-- password in place of secret:
+--   psql "$SUPERUSER_DSN" -c "ALTER ROLE walbox PASSWORD 'secret'"
+-- (or, to keep it out of the shell history, \password walbox in psql),
+-- and give it to walbox and slotctl in the DSN,
+-- postgres://walbox:secret@HOST:5432/DB, or in a password file
+-- (passfile= in the DSN, or PGPASSFILE). Or use certificate authentication.
 -- On Amazon RDS/Aurora, replace REPLICATION by: GRANT rds_replication TO walbox;
 
 DO $$

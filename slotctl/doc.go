@@ -21,6 +21,10 @@
 // CreateMissing (`slotctl create`, `walbox run --create-slot`) creates
 // whatever is missing.
 //
+// A new slot never streams the rows already in the outbox table:
+// ExistingRows counts them (bounded) before a slot is created, and Setup and
+// `slotctl create` warn with TableRows.UnsentWarning.
+//
 // Setup is the retrying entry point of `walbox run`; CheckEmitMessagePrivilege
 // guards message routing (--message-prefix) against forged events.
 //

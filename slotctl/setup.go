@@ -117,6 +117,12 @@ func setupOnce(ctx context.Context, connString string, cfg Config, opts SetupOpt
 
 	// Looked up first only to say in the log that a slot was created.
 	_, before := Inspect(ctx, conn, cfg.Slot)
+	var existing []TableRows
+	if errors.Is(before, ErrSlotNotFound) && (cfg.CreateMissing || cfg.CreateOnFirstStart) {
+		// Counted before the slot is created, for the warning below. A
+		// failure is Ensure's to report (the table may not exist).
+		existing, _ = ExistingRows(ctx, conn, cfg)
+	}
 	info, slot, err := Ensure(ctx, conn, cfg)
 	if err != nil {
 		return info, slot, err
@@ -133,6 +139,9 @@ func setupOnce(ctx context.Context, connString string, cfg Config, opts SetupOpt
 	default:
 		log.Info("created the replication slot (first start); it streams transactions committed from now on",
 			"slot", slot.Name, "publication", cfg.Publication, "lsn", slot.ConfirmedFlushLSN.String())
+	}
+	for _, r := range existing {
+		log.Warn(r.UnsentWarning(slot.Name), "slot", slot.Name, "table", r.Table.String(), "rows", r.Rows, "more_rows", r.More)
 	}
 	log.Info("slot ready", "slot", slot.Name, "publication", cfg.Publication,
 		"server_version", info.VersionNum, "confirmed_lsn", slot.ConfirmedFlushLSN.String(),

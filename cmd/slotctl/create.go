@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +23,9 @@ creates what is missing, in this order:
      WITH (publish = 'insert'). PostgreSQL requires the table's owner; as the
      least-privilege walbox role, have an admin run migrations/002_publication.sql.
   2. the slot: a pgoutput logical replication slot in the connected database.
-     It streams transactions committed after its creation only.
+     It streams transactions committed after its creation only: when the
+     outbox table already holds rows, create warns on stderr (still exit 0)
+     that they will not be sent, with their count and how to send them.
 With --failover-slot the slot is created as a failover slot (PostgreSQL 17+).
 Existing objects are verified, never changed. Prints the result on stdout.
 The routing options (--topic, --column-*) are those of walbox run: create
@@ -55,18 +58,28 @@ func runCreate(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return create(ctx, conn, cfg, e.stdout)
+	return create(ctx, conn, cfg, e.stdout, e.stderr)
 }
 
-// create ensures the publication and slot, reporting what it did on w.
-func create(ctx context.Context, conn *pgx.Conn, cfg slotctl.Config, w io.Writer) error {
+// create ensures the publication and slot, reporting what it did on w and
+// warnings on stderr.
+func create(ctx context.Context, conn *pgx.Conn, cfg slotctl.Config, w, stderr io.Writer) error {
 	// Looked up first only to tell "created" from "verified"; Ensure
 	// reports every real problem.
 	_, pubErr := slotctl.InspectPublication(ctx, conn, cfg.Publication)
 	_, slotErr := slotctl.Inspect(ctx, conn, cfg.Slot)
+	var existing []slotctl.TableRows
+	if errors.Is(slotErr, slotctl.ErrSlotNotFound) {
+		// Counted before the slot exists: rows already in the table are
+		// never streamed by it. A failure is Ensure's to report.
+		existing, _ = slotctl.ExistingRows(ctx, conn, cfg)
+	}
 	info, slot, err := slotctl.Ensure(ctx, conn, cfg)
 	if err != nil {
 		return err
+	}
+	for _, r := range existing {
+		fmt.Fprintf(stderr, "slotctl create: warning: %s\n", r.UnsentWarning(slot.Name))
 	}
 	status := func(existed bool) string {
 		if existed {

@@ -13,19 +13,31 @@ import (
 	"syscall"
 
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/internal/connerr"
 )
 
 const usageFormat = `slotctl manages the Postgres side of walbox: the publication over the outbox
 table and the pgoutput logical replication slot walbox streams from.
 
 Usage:
-  slotctl create  [flags]   check the server, create the publication and the slot if missing
-  slotctl inspect [flags]   show the slot, the publication and any problem found
-  slotctl drop    [flags]   drop the slot (and with --publication-too the publication)
-  slotctl list    [flags]   list every logical slot of the database
-  slotctl advance --to LSN  move the slot forward, skipping what lies before LSN
-  slotctl copy    --to NAME copy the slot into a new permanent slot NAME
-  slotctl help [command]    show this help, or a command's
+  slotctl create  [--slot NAME] [--publication NAME] [--table SCHEMA.TABLE] [--failover-slot]
+                  check the server, create the publication and the slot if missing
+  slotctl inspect [--slot NAME] [--publication NAME] [--json]
+                  show the slot, the publication and any problem found
+  slotctl drop    [--slot NAME] [--publication-too] [--yes]
+                  drop the slot (and with --publication-too the publication)
+  slotctl list    [--json]
+                  list every logical slot of the database
+  slotctl advance --to LSN [--slot NAME] [--yes] [--json]
+                  move the slot forward, skipping what lies before LSN
+  slotctl copy    --to NAME [--slot NAME] [--json]
+                  copy the slot into a new permanent slot NAME
+  slotctl help [command]
+                  show this help, or a command's
+  Every command needs the database: --pg-dsn DSN, or the environment variable
+  WALBOX_PG_DSN, or pg_dsn in the YAML file of --config FILE; for example
+    slotctl create --pg-dsn "postgres://walbox:PASSWORD@localhost:5432/app"
+  --slot, --publication and --table default to walbox, walbox, public.outbox.
 
 Configuration: the same as walbox run's, read the same way: a flag, a WALBOX_*
 environment variable, or a key of the YAML file named by --config or
@@ -47,7 +59,9 @@ create:
   'insert'); needs the table's owner) and then the slot. Existing ones are
   verified: a publication covering other tables or not publishing inserts, or
   a slot of another plugin or database, is an error that says how to fix it.
-  Prints what it created and the slot.
+  Prints what it created and the slot. Warns (stderr) when the new slot's
+  table already holds rows: they were committed before the slot and will not
+  be sent; the warning says how to send them.
 
 inspect:
   --json               print JSON instead of text
@@ -163,7 +177,7 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	if err != nil {
 		// The library's messages start with "slotctl: "; one prefix is enough.
-		msg := strings.ReplaceAll(err.Error(), "\nslotctl: ", "\n")
+		msg := strings.ReplaceAll(connerr.Describe(err), "\nslotctl: ", "\n")
 		fmt.Fprintf(e.stderr, "slotctl %s: %s\n", name, strings.TrimPrefix(msg, "slotctl: "))
 	}
 	return exitCode(err)

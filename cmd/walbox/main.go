@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/internal/connerr"
 )
 
 // Exit codes, in one place so scripts and the e2e suite can rely on them.
@@ -97,9 +98,10 @@ var version = "dev"
 
 // oneLine folds a possibly multi-line error (errors.Join) into one line, so
 // the fatal reason is a single line on stderr as operators and supervisors
-// expect.
+// expect. A failed Postgres connection is worded by connerr.Describe: the
+// cause without the refused TLS attempt of sslmode=prefer, and the fix.
 func oneLine(err error) string {
-	b := []byte(err.Error())
+	b := []byte(connerr.Describe(err))
 	for i, c := range b {
 		if c == '\n' {
 			b[i] = ';'

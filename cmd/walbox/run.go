@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walbox/walbox/config"
+	"github.com/walbox/walbox/internal/connerr"
 	"github.com/walbox/walbox/kafkasec"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
@@ -45,7 +46,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	// stderr from main: the log for collectors, stderr for whoever ran it.
 	defer func() {
 		if err != nil {
-			log.Error("fatal", "err", err)
+			log.Error("fatal", "err", connerr.Describe(err))
 		}
 	}()
 	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))

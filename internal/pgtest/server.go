@@ -36,6 +36,10 @@ type Options struct {
 
 	// TLS, when set, makes TCP connections TLS-only (tls.go).
 	TLS *TLS
+
+	// PasswordAuth makes TCP connections of roles other than postgres
+	// authenticate with scram-sha-256 (password.go). Ignored with TLS.
+	PasswordAuth bool
 }
 
 // defaultSettings are tuned for fast, disposable servers. They give up crash
@@ -67,6 +71,7 @@ type Server struct {
 	major   int
 	cred    *credential
 	tls     *TLS // Options.TLS
+	pwAuth  bool // Options.PasswordAuth
 
 	mu     sync.Mutex
 	proc   *proc // nil while stopped
@@ -110,6 +115,7 @@ func StartServer(ctx context.Context, opts Options) (*Server, error) {
 		dataDir: filepath.Join(root, "data"),
 		cred:    cred,
 		tls:     opts.TLS,
+		pwAuth:  opts.PasswordAuth,
 	}
 	s.logPath = filepath.Join(s.dataDir, "postgres.log")
 	if err := s.init(ctx, settings); err != nil {
@@ -149,6 +155,9 @@ func (s *Server) init(ctx context.Context, settings map[string]string) error {
 		"local replication all              trust\n" +
 		"host  all         all 127.0.0.1/32 trust\n" +
 		"host  replication all 127.0.0.1/32 trust\n"
+	if s.pwAuth {
+		hba = passwordHBA
+	}
 	if s.tls != nil {
 		if hba, err = s.setupTLS(settings); err != nil {
 			return err
