@@ -35,6 +35,7 @@ type rec struct {
 // read_committed consumer in order per partition, survives a SIGKILL with
 // its data, and serves reads and writes again after Restart.
 func TestBrokerRoundTripKillRestart(t *testing.T) {
+	fulltest.Require(t, "the harness broker killed and restarted")
 	startedAt := time.Now()
 	b := Start(t, WithPartitions(2))
 	t.Logf("broker %s (Kafka %s) ready in %v", b.Addr(), b.Version(), time.Since(startedAt).Round(time.Millisecond))
@@ -187,6 +188,7 @@ const childEnv = "KAFKATEST_CHILD"
 // JVM dies with it (the parent-death signal), as it must when `go test`
 // times out or is killed.
 func TestJVMDiesWithParent(t *testing.T) {
+	fulltest.Require(t, "the harness JVM dies with its parent")
 	if os.Getenv(childEnv) == "1" {
 		runChild()
 		return
