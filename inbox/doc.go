@@ -61,7 +61,7 @@
 // a copy can come back: the Kafka topic's retention if consumer offsets may
 // ever be reset to the earliest offset, the longest consumer outage or lag
 // (records re-read after it), `walbox replay` of a saved range, and a
-// re-publish after a vanished slot (see walbox's README). When in doubt, keep
+// re-publish after a vanished slot (see docs/slots.md). When in doubt, keep
 // the rows at least as long as the topic keeps the records.
 //
 // An Inbox is safe for concurrent use; Handle uses the transaction it is
