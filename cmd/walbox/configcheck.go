@@ -21,6 +21,7 @@ import (
 
 const configUsageText = `Usage:
   walbox config check [--connect] [--connect-timeout DURATION] [--config FILE] [walbox run options]
+  walbox config reference
 
 Prints the effective configuration of walbox run with the source of each
 value (flag, env, FILE:LINE, default), secrets redacted, and every problem.
@@ -29,10 +30,18 @@ REPLICATION privilege and the outbox table, as walbox run does on start) and
 asks Kafka for its metadata with the client options walbox run uses.
 
 Exit status: 0 when everything checked is fine, 2 when a problem was found.
+
+walbox config reference prints the Markdown reference of every option (flag,
+environment variable, YAML key, default, accepted values), as committed in
+docs/configuration.md.
 `
 
 // configMain runs `walbox config SUBCOMMAND`.
 func configMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "reference" {
+		writeReference(stdout)
+		return exitOK
+	}
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, configUsageText)

@@ -44,6 +44,7 @@ Usage:
   walbox config check [--connect] [options]
                            print the effective configuration with the source
                            of each value, secrets redacted, and every problem
+  walbox config reference  print the Markdown reference of every option
   walbox version           print the version
   walbox help              show this help
 
