@@ -8,6 +8,7 @@ import (
 
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/snapshot"
 )
 
 // This file names the options behind the problems that only the server
@@ -58,6 +59,8 @@ var serverOptions = []struct {
 	// The role is the DSN's user.
 	{slotctl.ErrNoReplicationPrivilege, "pg-dsn"},
 	{slotctl.ErrEmitMessagePublic, "message-prefix"},
+	// A takeover snapshot that did not finish: start again with it.
+	{snapshot.ErrSnapshotPending, "snapshot"},
 }
 
 // ServerProblems splits err, as slotctl.Check and the checks of `walbox
