@@ -169,7 +169,9 @@ var startupCases = []startupCase{
 			`invalid value "abc" for --status-interval`},
 	},
 
-	// --- configuration only detectable against the table: exit 1 ------
+	// --- configuration only detectable against the table: exit 2, ------
+	// from the preflight walbox run makes before it starts anything (the
+	// same checks as walbox config check --connect).
 	{
 		name:  "config/topic_template_unknown_placeholder",
 		needs: needPostgres,
@@ -177,18 +179,20 @@ var startupCases = []startupCase{
 			e.exec(t, badInputOutboxDDL)
 		},
 		args:     []string{"--topic", "x.{nope}"},
-		wantCode: 1,
+		wantCode: 2,
 		want:     []string{"{nope}", `"x.{nope}"`, `column "nope"`, "public.outbox", badInputColumns},
 	},
 
-	// --- server state: exit 1 -------------------------------------------
+	// --- server state: exit 2 for what the preflight refuses (the server's
+	// settings, the role, the table, the publication, the slot's kind),
+	// exit 1 for what only happens on the way (a slot in use, Kafka). ----
 	{
 		name:  "server/wal_level_replica",
 		needs: needWALLevelReplica,
 		setup: func(t *testing.T, e *biEnv) {
 			e.exec(t, badInputOutboxDDL)
 		},
-		wantCode: 1,
+		wantCode: 2,
 		want:     []string{"wal_level = replica", "set wal_level = logical", "restart PostgreSQL"},
 	},
 	{
@@ -206,13 +210,13 @@ var startupCases = []startupCase{
 			u.User = url.User(e.role)
 			e.dsn = u.String()
 		},
-		wantCode: 1,
+		wantCode: 2,
 		want:     []string{`role "{role}"`, "neither SUPERUSER nor REPLICATION", `ALTER ROLE "{role}" REPLICATION`},
 	},
 	{
 		name:     "server/outbox_table_missing",
 		needs:    needPostgres,
-		wantCode: 1,
+		wantCode: 2,
 		want:     []string{"public.outbox does not exist", `database "{db}"`, "migrations/001_outbox.sql", "--table"},
 	},
 	{
@@ -223,7 +227,7 @@ var startupCases = []startupCase{
 			e.exec(t, "CREATE TABLE public.other_table (id int PRIMARY KEY)")
 			e.exec(t, "CREATE PUBLICATION walbox FOR TABLE public.other_table")
 		},
-		wantCode: 1,
+		wantCode: 2,
 		want: []string{`publication "walbox"`, "does not include public.outbox", "also publishes public.other_table",
 			`ALTER PUBLICATION "walbox" SET TABLE "public"."outbox"`},
 	},
@@ -246,7 +250,7 @@ var startupCases = []startupCase{
 			e.exec(t, badInputOutboxDDL)
 			e.exec(t, "SELECT pg_create_logical_replication_slot($1, 'test_decoding')", e.slot)
 		},
-		wantCode: 1,
+		wantCode: 2,
 		want:     []string{`slot "{slot}"`, `uses the output plugin "test_decoding", not "pgoutput"`, "slotctl drop --slot {slot}"},
 	},
 	{
@@ -395,8 +399,9 @@ func TestBadInputConfig(t *testing.T) {
 	}
 }
 
-// TestBadInputServerState: a server walbox cannot use stops it with exit
-// code 1, naming what is wrong and how to fix it.
+// TestBadInputServerState: a server walbox cannot use stops it, naming what
+// is wrong and how to fix it: exit code 2 for what its preflight refuses,
+// 1 for what it meets later (a slot held by another process).
 func TestBadInputServerState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

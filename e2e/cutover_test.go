@@ -96,7 +96,8 @@ func TestCutoverFromPollingRelay(t *testing.T) {
 		// Without --snapshot, walbox must not stream past the unfinished
 		// snapshot (newer events before older pending rows).
 		res := runWalboxToExit(t, c.env, nil, time.Minute)
-		checkFatal(t, res, 1, []string{"did not finish", "--snapshot", "COMMENT ON PUBLICATION"}, nil)
+		// Refused by the preflight, before anything starts: exit 2.
+		checkFatal(t, res, 2, []string{"did not finish", "--snapshot", "COMMENT ON PUBLICATION"}, nil)
 		p = startWalbox(t, c.env, c.args...)
 		c.waitLog(t, p, "dropped its slot")
 		c.waitLog(t, p, "snapshot: finished")

@@ -11,7 +11,8 @@ import (
 // TestVanishedSlotStopsWalbox is issue 7's reproduction with the binary:
 // stop walbox, drop its slot, commit 200 events, start walbox. It used to
 // create a new slot at "now" and log only "slot ready", so the 200 events
-// were never sent. Now it exits 1 saying what happened and how to recover,
+// were never sent. Now it exits 2 (its preflight refuses, as walbox config
+// check --connect does) saying what happened and how to recover,
 // and creates the slot only when started with WALBOX_CREATE_SLOT=true
 // (--create-slot).
 func TestVanishedSlotStopsWalbox(t *testing.T) {
@@ -60,10 +61,10 @@ func TestVanishedSlotStopsWalbox(t *testing.T) {
 	      SELECT 'order', g::text, 'OrderCreated', '{}' FROM generate_series(1, 200) g`)
 
 	r := runWalboxToExit(t, env, nil, time.Minute)
-	if r.code != 1 {
-		t.Errorf("walbox after the slot vanished exited %d, want 1", r.code)
+	if r.code != 2 {
+		t.Errorf("walbox after the slot vanished exited %d, want 2", r.code)
 	}
-	for _, s := range []string{`slot "walbox" does not exist, but publication "walbox" does`, "--create-slot", "NOT streamed", "re-publish"} {
+	for _, s := range []string{`--slot "walbox" (WALBOX_SLOT, YAML key slot)`, `slot "walbox" does not exist, but publication "walbox" does`, "--create-slot", "NOT streamed", "re-publish"} {
 		if !strings.Contains(r.stderr, s) {
 			t.Errorf("stderr does not mention %q:\n%s", s, r.stderr)
 		}

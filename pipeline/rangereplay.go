@@ -61,13 +61,15 @@ type RangeNotCoveredError struct {
 }
 
 func (e *RangeNotCoveredError) Error() string {
-	when := "no transaction after it yet, so the earliest replayable time is unknown: give --from as an LSN at or after " + e.Earliest.String()
-	if !e.EarliestTime.IsZero() {
-		when = "the first of them committed at " + e.EarliestTime.UTC().Format(time.RFC3339Nano)
+	if e.EarliestTime.IsZero() {
+		return fmt.Sprintf("%v: --from %s: %s; the earliest position trailing slot %q holds is %s, and no transaction has committed after it yet, "+
+			"so the earliest replayable time is unknown: use --from %s or a later LSN",
+			ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, e.Earliest)
 	}
-	return fmt.Sprintf("%v: --from %s: %s; trailing slot %q holds transactions committed from LSN %s on (%s); "+
-		"replay a later range, or keep a longer --replay-window for next time",
-		ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, when)
+	at := e.EarliestTime.UTC().Format(time.RFC3339Nano)
+	return fmt.Sprintf("%v: --from %s: %s; the earliest position trailing slot %q holds is %s (its first transaction committed at %s); "+
+		"use --from %s or later, or --from %s",
+		ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, at, at, e.Earliest)
 }
 
 func (e *RangeNotCoveredError) Unwrap() error { return ErrRangeNotCovered }

@@ -104,7 +104,12 @@ func TestReplayEnd(t *testing.T) {
 }
 
 // TestCheckStart: a range beginning before the trailing slot's position is
-// refused with the earliest LSN and, when a transaction was seen, its time.
+// refused with the earliest LSN and, when a transaction was seen, its time,
+// as --from values that work.
+//
+// Regression (issue 15): the refusal of a --from TIME before a trailing
+// slot only seconds old advised a longer --replay-window, which cannot
+// help; it now says which --from works.
 func TestCheckStart(t *testing.T) {
 	first := &decoder.Begin{CommitLSN: 120, CommitTime: time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC)}
 	for _, tt := range []struct {
@@ -114,11 +119,11 @@ func TestCheckStart(t *testing.T) {
 		wantErr string
 	}{
 		{name: "LSN at the slot", rg: Range{FromLSN: 100}, first: first},
-		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: "holds transactions committed from LSN 0/64 on (the first of them committed at 2026-11-30T21:00:00Z)"},
-		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "earliest replayable time is unknown"},
+		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: `the earliest position trailing slot "walbox_replay" holds is 0/64 (its first transaction committed at 2026-11-30T21:00:00Z); use --from 2026-11-30T21:00:00Z or later, or --from 0/64`},
+		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "earliest replayable time is unknown: use --from 0/64 or a later LSN"},
 		{name: "time at the first transaction", rg: Range{FromTime: first.CommitTime}, first: first},
-		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "2026-11-30T21:00:00Z"},
-		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "give --from as an LSN at or after 0/64"},
+		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "use --from 2026-11-30T21:00:00Z or later, or --from 0/64"},
+		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "use --from 0/64 or a later LSN"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &rangeReplay{cfg: ReplayConfig{Slot: "walbox_replay", Range: tt.rg, From: "x"}, res: &ReplayResult{Start: 100}}

@@ -53,13 +53,27 @@ func Preflight(ctx context.Context, conn Querier, cfg Config) (ServerInfo, error
 	if err != nil {
 		return ServerInfo{}, err
 	}
-	info, err := readServerInfo(ctx, conn)
+	info, _, problems, err := preflight(ctx, conn, r)
 	if err != nil {
 		return info, err
 	}
+	return info, errors.Join(problems...)
+}
+
+// preflight is Preflight on a resolved Config. It returns the problems
+// found (each wrapping its sentinel) apart from err, a failure that stopped
+// the checks: the connection failed, or the server is too old for the
+// other checks to mean anything (ErrUnsupportedVersion). tables holds what
+// the catalog says of each of r.tables, a zero tableInfo (oid 0) for one
+// that was not found.
+func preflight(ctx context.Context, conn Querier, r resolved) (info ServerInfo, tables []tableInfo, problems []error, err error) {
+	info, err = readServerInfo(ctx, conn)
+	if err != nil {
+		return info, nil, nil, err
+	}
 	info.Table = r.table
 	if info.VersionNum < MinVersionNum {
-		return info, fmt.Errorf("%w: server is PostgreSQL %s (server_version_num %d); walbox needs 14 or later",
+		return info, nil, nil, fmt.Errorf("%w: server is PostgreSQL %s (server_version_num %d); walbox needs 14 or later",
 			ErrUnsupportedVersion, info.Version, info.VersionNum)
 	}
 
@@ -84,15 +98,18 @@ func Preflight(ctx context.Context, conn Querier, cfg Config) (ServerInfo, error
 			ErrNoReplicationSlots))
 	}
 
+	tables = make([]tableInfo, len(r.tables))
 	for i, table := range r.tables {
 		t, err := lookupTable(ctx, conn, table)
 		switch {
 		case errors.Is(err, ErrTableNotFound):
 			errs = append(errs, err)
+			tables[i] = tableInfo{}
 			continue
 		case err != nil:
-			return info, err // the connection failed; the other findings may be incomplete
+			return info, nil, nil, err // the connection failed; the other findings may be incomplete
 		}
+		tables[i] = t
 		if i == 0 {
 			info.TableOID = t.oid
 			info.Partitioned = t.partitioned
@@ -105,14 +122,14 @@ func Preflight(ctx context.Context, conn Querier, cfg Config) (ServerInfo, error
 		if r.columns != nil {
 			columns, err := tableColumns(ctx, conn, t.oid)
 			if err != nil {
-				return info, err
+				return info, nil, nil, err
 			}
 			if err := r.columns.CheckColumns(table.String(), columns); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	return info, errors.Join(errs...)
+	return info, tables, errs, nil
 }
 
 // tableColumns lists a table's columns in order (dropped ones excluded).

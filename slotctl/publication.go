@@ -96,13 +96,8 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 		if slotExists {
 			return publicationUnderSlotError(r)
 		}
-		if r.noCreatePub {
-			return fmt.Errorf("%w: publication %q does not exist, and the configuration says not to create it (Debezium's publication.autocreate.mode disabled or no_tables); "+
-				"create it as the owner of the outbox tables: CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or set publication.autocreate.mode=filtered",
-				ErrPublicationNotFound, r.publication, pgx.Identifier{r.publication}.Sanitize(), tableList(r.tables, true))
-		}
-		if !r.createMissing && !r.firstStart {
-			return fmt.Errorf("%w: publication %q does not exist; create it with `slotctl create`, or have an admin run migrations/002_publication.sql", ErrPublicationNotFound, r.publication)
+		if err := publicationMissingError(r); err != nil {
+			return err
 		}
 		err = createPublication(ctx, conn, r, ts)
 		if code := sqlState(err); err == nil || (code != codeDuplicateObject && code != codeUniqueViolation) {
@@ -115,6 +110,20 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 		return err
 	}
 	return checkPublication(ctx, conn, pub, r, ts, slotExists)
+}
+
+// publicationMissingError is why r's missing publication will not be
+// created although the slot is missing too, or nil when it will be.
+func publicationMissingError(r resolved) error {
+	if r.noCreatePub {
+		return fmt.Errorf("%w: publication %q does not exist, and the configuration says not to create it (Debezium's publication.autocreate.mode disabled or no_tables); "+
+			"create it as the owner of the outbox tables: CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or set publication.autocreate.mode=filtered",
+			ErrPublicationNotFound, r.publication, pgx.Identifier{r.publication}.Sanitize(), tableList(r.tables, true))
+	}
+	if !r.createMissing && !r.firstStart {
+		return fmt.Errorf("%w: publication %q does not exist; create it with `slotctl create`, or have an admin run migrations/002_publication.sql", ErrPublicationNotFound, r.publication)
+	}
+	return nil
 }
 
 // lookupTables looks up every outbox table; the errors of all missing
@@ -392,14 +401,20 @@ func createPublication(ctx context.Context, conn Querier, r resolved, ts []table
 		}
 		return nil
 	case codeInsufficientPrivilege:
-		return fmt.Errorf("%w: creating publication %q needs ownership of %s and CREATE on the database; "+
-			"have an admin run migrations/002_publication.sql, or run `slotctl create` as the table's owner: %w",
-			ErrPublicationPrivilege, r.publication, tableList(r.tables, false), err)
+		return fmt.Errorf("%w: %w", publicationPrivilegeError(r), err)
 	case codeUndefinedTable:
 		return fmt.Errorf("%w: table %s: %w", ErrTableNotFound, tableList(r.tables, false), err)
 	default:
 		return fmt.Errorf("slotctl: create publication %q: %w", r.publication, err)
 	}
+}
+
+// publicationPrivilegeError says that the role may not create r's
+// publication, and who can.
+func publicationPrivilegeError(r resolved) error {
+	return fmt.Errorf("%w: creating publication %q needs ownership of %s and CREATE on the database; "+
+		"have an admin run migrations/002_publication.sql, or run `slotctl create` as the table's owner",
+		ErrPublicationPrivilege, r.publication, tableList(r.tables, false))
 }
 
 // DropPublication drops a publication of the current database.

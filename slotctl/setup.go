@@ -11,12 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Ensure prepares the server for walbox in the order that works: Preflight,
-// then EnsurePublication, then EnsureSlot (the publication must exist before
-// the slot, see the package doc). It returns what Preflight and EnsureSlot
-// found. `walbox run` (through Setup) and `slotctl create` use it.
+// Ensure prepares the server for walbox in the order that works: Check,
+// which reports every problem at once and changes nothing, then
+// EnsurePublication, then EnsureSlot (the publication must exist before
+// the slot, see the package doc), which verify again what they find, as
+// another process may have made it meanwhile. It returns what Preflight
+// and EnsureSlot found. `walbox run` (through Setup) and `slotctl create`
+// use it.
 func Ensure(ctx context.Context, conn Querier, cfg Config) (ServerInfo, SlotInfo, error) {
-	info, err := Preflight(ctx, conn, cfg)
+	plan, err := Check(ctx, conn, cfg)
+	info := plan.Server
 	if err != nil {
 		return info, SlotInfo{}, err
 	}

@@ -119,9 +119,8 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		if version, err = serverVersionNum(ctx, conn); err != nil {
 			return SlotInfo{}, err
 		}
-		if !FeaturesFor(version).FailoverSlots {
-			return SlotInfo{}, fmt.Errorf("%w: failover slots need PostgreSQL 17 or newer, the server is %d; turn --failover-slot off",
-				ErrUnsupportedVersion, version)
+		if err := failoverVersionError(version); err != nil {
+			return SlotInfo{}, err
 		}
 	}
 	s, err := Inspect(ctx, conn, r.slot)
@@ -131,10 +130,25 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 	if err != nil {
 		return s, err
 	}
+	if err := checkSlot(ctx, conn, r, s); err != nil {
+		return s, err
+	}
+	// Only now is the first start complete: the slot exists and is usable.
+	if r.createMissing || r.firstStart {
+		if err := clearPendingMarker(ctx, conn, r); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
 
+// checkSlot reports what makes the existing slot s unusable for r:
+// ErrSlotMismatch (another kind, plugin or database, temporary, not a
+// failover slot when r wants one) or ErrSlotLost.
+func checkSlot(ctx context.Context, conn Querier, r resolved, s SlotInfo) error {
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()::text").Scan(&db); err != nil {
-		return s, fmt.Errorf("slotctl: read current database: %w", err)
+		return fmt.Errorf("slotctl: read current database: %w", err)
 	}
 	var diffs []string
 	if s.SlotType != "logical" {
@@ -154,7 +168,7 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		diffs = append(diffs, "is not a failover slot (recreate it, or turn it on with the replication command ALTER_REPLICATION_SLOT "+s.Name+" (FAILOVER true))")
 	}
 	if len(diffs) > 0 {
-		return s, fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may) "+
+		return fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may) "+
 			"and create it again with `slotctl create --slot %s` (or walbox run --create-slot), or choose another slot with --slot",
 			ErrSlotMismatch, s.Name, strings.Join(diffs, "; "), s.Name, s.Name)
 	}
@@ -163,19 +177,23 @@ func EnsureSlot(ctx context.Context, conn Querier, cfg Config) (SlotInfo, error)
 		if s.InvalidationReason != "" && s.InvalidationReason != "wal_removed" {
 			why = fmt.Sprintf("was invalidated by the server (invalidation_reason = %s)", s.InvalidationReason)
 		}
-		return s, fmt.Errorf("%w: slot %q %s, "+
+		return fmt.Errorf("%w: slot %q %s, "+
 			"so outbox rows committed after %s may never be streamed. Recover: drop the slot (`slotctl drop`), create it again "+
 			"(`slotctl create`, or start walbox with --create-slot), then re-publish the outbox rows created since the last event consumers received "+
 			"(they are still in the outbox table for its retention period; consumers deduplicate by event id)",
 			ErrSlotLost, s.Name, why, s.ConfirmedFlushLSN)
 	}
-	// Only now is the first start complete: the slot exists and is usable.
-	if r.createMissing || r.firstStart {
-		if err := clearPendingMarker(ctx, conn, r); err != nil {
-			return s, err
-		}
+	return nil
+}
+
+// failoverVersionError is ErrUnsupportedVersion when a server of version
+// cannot keep failover slots, else nil.
+func failoverVersionError(version int) error {
+	if FeaturesFor(version).FailoverSlots {
+		return nil
 	}
-	return s, nil
+	return fmt.Errorf("%w: failover slots need PostgreSQL 17 or newer, the server is %d; turn --failover-slot off",
+		ErrUnsupportedVersion, version)
 }
 
 // createMissingSlot creates r's slot, which Inspect found missing

@@ -159,6 +159,9 @@ func run(ctx context.Context, args []string, e env) int {
 	case "-h", "-help", "--help":
 		fmt.Fprint(e.stdout, usageText)
 		return exitOK
+	case "reference": // hidden: writes docs/slotctl.md (reference.go)
+		writeReference(e.stdout)
+		return exitOK
 	case "help":
 		if len(rest) > 0 && commands[rest[0]] != nil {
 			return run(ctx, []string{rest[0], "--help"}, e)

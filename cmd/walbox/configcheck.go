@@ -16,23 +16,34 @@ import (
 
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/pipeline"
-	"github.com/walbox/walbox/slotctl"
 )
 
 const configUsageText = `Usage:
   walbox config check [--connect] [--connect-timeout DURATION] [--config FILE] [walbox run options]
+  walbox config reference
 
 Prints the effective configuration of walbox run with the source of each
 value (flag, env, FILE:LINE, default), secrets redacted, and every problem.
-With --connect it also connects to Postgres (and checks wal_level, the
-REPLICATION privilege and the outbox table, as walbox run does on start) and
-asks Kafka for its metadata with the client options walbox run uses.
+With --connect it also connects to Postgres and makes the checks walbox run
+makes on start (the server version, wal_level, the REPLICATION privilege, the
+outbox table and every column the routing options name, the publication and
+the slot, and what walbox run would create on a first start), and asks Kafka
+for its metadata with the client options walbox run uses. walbox run refuses
+to start, with exit status 2 and the same text, on each problem listed.
 
 Exit status: 0 when everything checked is fine, 2 when a problem was found.
+
+walbox config reference prints the Markdown reference of every option (flag,
+environment variable, YAML key, default, accepted values), as committed in
+docs/configuration.md.
 `
 
 // configMain runs `walbox config SUBCOMMAND`.
 func configMain(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "reference" {
+		writeReference(stdout)
+		return exitOK
+	}
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, configUsageText)
@@ -64,7 +75,7 @@ func configCheck(args []string, getenv func(string) string, stdout, stderr io.Wr
 	printDebezium(stdout, cfg)
 
 	var problems []string
-	for _, e := range splitErrors(err) {
+	for _, e := range config.Split(err) {
 		problems = append(problems, e.Error())
 	}
 	if *connect {
@@ -104,21 +115,6 @@ func displayValue(v string) string {
 	return strings.NewReplacer("\n", `\n`, "\t", " ").Replace(v)
 }
 
-// splitErrors undoes errors.Join (nested ones too).
-func splitErrors(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var out []error
-		for _, e := range j.Unwrap() {
-			out = append(out, splitErrors(e)...)
-		}
-		return out
-	}
-	return []error{err}
-}
-
 // connectChecks checks Postgres and Kafka with cfg, printing what it found
 // and returning the problems.
 func connectChecks(w io.Writer, cfg config.Config, timeout time.Duration) []string {
@@ -141,21 +137,29 @@ func checkPostgres(w io.Writer, cfg config.Config, timeout time.Duration) []stri
 		return []string{fmt.Sprintf("postgres: cannot connect with --pg-dsn: %v; check the host, port, user, password and pg_hba.conf", err)}
 	}
 	defer conn.Close(context.Background())
-	scfg := cfg.SlotctlConfig().WithDefaults()
-	info, err := slotctl.Preflight(ctx, conn, scfg)
-	fmt.Fprintf(w, "  postgres: connected as %q to database %q, PostgreSQL %s, wal_level=%s, replication privilege=%t, superuser=%t\n",
-		info.User, info.Database, info.Version, info.WALLevel, info.Replication, info.Superuser)
+	// The preflight of walbox run (preflight.go), so that what it refuses
+	// is listed here.
+	rep, err := checkServer(ctx, conn, cfg)
+	info := rep.plan.Server
+	if info.Version != "" {
+		fmt.Fprintf(w, "  postgres: connected as %q to database %q, PostgreSQL %s, wal_level=%s, replication privilege=%t, superuser=%t\n",
+			info.User, info.Database, info.Version, info.WALLevel, info.Replication, info.Superuser)
+	}
 	if info.TableOID != 0 {
 		fmt.Fprintf(w, "  postgres: outbox table %s found (oid %d)\n", info.Table, info.TableOID)
 	}
-	if err == nil {
-		return nil
+	if s := rep.plan.Slot; s.Name != "" {
+		fmt.Fprintf(w, "  postgres: slot %q found, confirmed_flush_lsn %s, wal_status %s\n", s.Name, s.ConfirmedFlushLSN, s.WALStatus)
+	}
+	for _, n := range rep.notes {
+		fmt.Fprintf(w, "  postgres: note: %s\n", n)
+	}
+	if err != nil {
+		return []string{"postgres: " + strings.TrimPrefix(err.Error(), "slotctl: ")}
 	}
 	var problems []string
-	for _, p := range strings.Split(err.Error(), "\n") {
-		if p = strings.TrimSpace(p); p != "" {
-			problems = append(problems, "postgres: "+strings.TrimPrefix(p, "slotctl: "))
-		}
+	for _, p := range rep.problems {
+		problems = append(problems, "postgres: "+p.Error())
 	}
 	return problems
 }

@@ -119,7 +119,9 @@ func TestConfigCheckConnect(t *testing.T) {
 		want     []string
 	}{
 		{"good", srv.DSN(db), good, exitOK, []string{"wal_level=logical", "replication privilege=true", "outbox table public.outbox found", "kafka: cluster", "OK: no problems found"}},
-		{"role without replication", noRepl, good, exitUsage, []string{"replication privilege=false", "1 problem(s)", "REPLICATION"}},
+		// Two: the role lacks REPLICATION, and as it does not own the
+		// table it could not create the publication either.
+		{"role without replication", noRepl, good, exitUsage, []string{"replication privilege=false", "2 problem(s)", "REPLICATION", "not allowed to manage the publication"}},
 		{"bad broker", srv.DSN(db), bad, exitUsage, []string{"1 problem(s)", "kafka: metadata request to --kafka-brokers " + bad}},
 		{"no postgres", noServer, good, exitUsage, []string{"1 problem(s)", "postgres: cannot connect with --pg-dsn"}},
 	}

@@ -45,6 +45,7 @@ Usage:
   walbox config check [--connect] [options]
                            print the effective configuration with the source
                            of each value, secrets redacted, and every problem
+  walbox config reference  print the Markdown reference of every option
   walbox version           print the version
   walbox help              show this help
 
@@ -76,6 +77,11 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 		setMemoryLimit(cfg, getenv)
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
+		// What the server refuses is a configuration problem: exit 2 with
+		// every problem, before anything starts.
+		if code, refused := preflightRun(ctx, cfg, stderr); refused {
+			return code
+		}
 		if err := runRelay(ctx, cfg, stderr); err != nil {
 			fmt.Fprintf(stderr, "walbox: %v\n", oneLine(err))
 			return exitFatal

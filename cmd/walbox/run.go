@@ -202,13 +202,7 @@ func setupSlot(ctx context.Context, cfg config.Config, rt *router.Router, log *s
 // EventRouter) and, when policy is not nil, a change to slotctl's
 // settings (Debezium's publication.autocreate.mode).
 func setupSlotWith(ctx context.Context, cfg config.Config, cols slotctl.ColumnChecker, policy func(*slotctl.Config), log *slog.Logger) (slotctl.SlotInfo, error) {
-	scfg := cfg.SlotctlConfig()
-	scfg.CreateMissing = cfg.CreateSlot
-	scfg.CreateOnFirstStart = true
-	scfg.Columns = cols
-	if policy != nil {
-		policy(&scfg)
-	}
+	scfg := runSlotctlConfig(cfg, cols, policy)
 	_, slot, err := slotctl.Setup(ctx, cfg.PGDSN, scfg, slotctl.SetupOptions{
 		Logger:    log,
 		Retryable: pipeline.IsRetryable,

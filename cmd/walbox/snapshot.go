@@ -45,10 +45,7 @@ func setupSlotOrTakeover(ctx context.Context, cfg config.Config, rt *router.Rout
 // takeover runs snapshot.Takeover, retrying while Postgres is unreachable
 // like setupSlot: a retry after the snapshot began takes it again.
 func takeover(ctx context.Context, cfg config.Config, scfg snapshot.Config, rt *router.Router, producer snapshot.Producer, log *slog.Logger) (slotctl.SlotInfo, error) {
-	sl := cfg.SlotctlConfig()
-	sl.CreateMissing = cfg.CreateSlot
-	sl.CreateOnFirstStart = true
-	sl.Columns = rt
+	sl := runSlotctlConfig(cfg, rt, nil)
 	if cfg.MessagePrefix != "" {
 		// The checks slotctl.Setup makes before creating anything.
 		if _, err := setupCheckEmit(ctx, cfg, log); err != nil {
