@@ -13,12 +13,6 @@ import (
 // repoRoot is the repository root, relative to this package.
 const repoRoot = "../.."
 
-// generatedElsewhere are pages the documentation links to that are
-// generated from the code (`walbox config reference` and slotctl's command
-// table). A link to one is excused while the page does not exist yet;
-// once it exists its links and headings are checked like any other page.
-var generatedElsewhere = []string{"docs/configuration.md", "docs/slotctl.md"}
-
 // pages returns README.md and docs/*.md, relative to repoRoot.
 func pages(t *testing.T) []string {
 	t.Helper()
@@ -160,10 +154,6 @@ func TestRelativeLinksResolve(t *testing.T) {
 				}
 				info, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(dest)))
 				if err != nil {
-					if slices.Contains(generatedElsewhere, dest) {
-						t.Logf("%s:%d: %s does not exist yet (generated from the code); not checked", page, n, dest)
-						continue
-					}
 					t.Errorf("%s:%d: link %q: %s does not exist", page, n, target, dest)
 					continue
 				}
