@@ -163,7 +163,7 @@ func (k *Keeper) step(ctx context.Context, conn *pgx.Conn) error {
 	// Without a target yet (less than a window since the start), the
 	// call only reads both positions, for the metrics: a target of 0 never
 	// moves the slot.
-	target, _ := k.hist.Target(now)
+	target, _, _ := k.hist.Target(now)
 	a, err := Advance(ctx, conn, k.cfg.Slot, k.cfg.ReplaySlot, target)
 	if err != nil {
 		return err
