@@ -17,6 +17,13 @@ import (
 // trailing slot's position (Config.ScanBytes).
 const DefaultScanBytes = 256 << 20
 
+// scanChanges is how many changes one read of the trailing slot's stream
+// decodes at most (pg_logical_slot_peek_binary_changes' upto_nchanges; it
+// finishes the transaction that reaches it). A step reads again, after
+// advancing, while everything read is older than the window, up to
+// ScanBytes: so it decodes about what it skips, not ScanBytes every time.
+const scanChanges = 10000
+
 // commitAt is a transaction of the trailing slot's stream: pgoutput's
 // Commit message.
 type commitAt struct {
@@ -35,6 +42,9 @@ type scanned struct {
 	upto pglogrepl.LSN
 	// live is the live slot's confirmed position on the server.
 	live pglogrepl.LSN
+	// more says the scan stopped at its limit of changes before upto:
+	// commits reaches only the last one's end.
+	more bool
 }
 
 // target returns the position a recovery step advances the trailing slot
@@ -51,28 +61,33 @@ func (s scanned) target(cut, now time.Time) (target pglogrepl.LSN, since time.Ti
 		}
 		target, since = c.end, c.at
 	}
-	if s.upto >= s.live {
+	switch {
+	case s.more:
+		return target, since, false
+	case s.upto >= s.live:
 		return s.upto, now, true
+	default:
+		return s.upto, since, false
 	}
-	return s.upto, since, false
 }
 
 // scanSQL peeks the trailing slot's ($2) stream from its position up to
 // LEAST(its position + $3 bytes, the live slot's ($1) confirmed position),
-// and returns the end and that bound, and the Commit messages only (byte
-// 'C' = 67), so that the rows' data stays on the server. Peeking moves
-// nothing. The server decodes from the slot's restart_lsn, as every
+// stopping after the transaction that reaches $5 changes, and returns that
+// bound, the number of changes, and the Commit messages only (byte 'C' =
+// 67), so that the rows' data stays on the server. Peeking moves nothing.
+// The server decodes from the slot's restart_lsn, as every
 // pg_replication_slot_advance does too.
 const scanSQL = `
 WITH pos AS (
   SELECT LEAST(tr.confirmed_flush_lsn + $3::numeric, live.confirmed_flush_lsn) AS upto, live.confirmed_flush_lsn AS live
   FROM pg_replication_slots live, pg_replication_slots tr
-  WHERE live.slot_name = $1 AND tr.slot_name = $2)
-SELECT pos.upto::text, pos.live::text, c.data
-FROM pos LEFT JOIN LATERAL (
-  SELECT p.lsn, p.data FROM pg_logical_slot_peek_binary_changes($2, pos.upto, NULL,
-    'proto_version', '1', 'publication_names', $4, 'messages', 'true') p
-  WHERE get_byte(p.data, 0) = 67) c ON true
+  WHERE live.slot_name = $1 AND tr.slot_name = $2),
+ch AS MATERIALIZED (
+  SELECT p.lsn, p.data FROM pos, pg_logical_slot_peek_binary_changes($2, pos.upto, $5,
+    'proto_version', '1', 'publication_names', $4, 'messages', 'true') p)
+SELECT pos.upto::text, pos.live::text, (SELECT count(*) FROM ch), c.data
+FROM pos LEFT JOIN (SELECT lsn, data FROM ch WHERE get_byte(data, 0) = 67) c ON true
 ORDER BY c.lsn`
 
 // commitLen is the length of pgoutput's Commit message: 'C', flags, commit
@@ -93,8 +108,8 @@ func parseCommit(data []byte) (commitAt, error) {
 }
 
 // scan runs scanSQL.
-func scan(ctx context.Context, conn slotctl.Querier, slot, replaySlot, publication string, budget int64) (scanned, error) {
-	rows, err := conn.Query(ctx, scanSQL, slot, replaySlot, budget, publication)
+func scan(ctx context.Context, conn slotctl.Querier, slot, replaySlot, publication string, budget int64, changes int) (scanned, error) {
+	rows, err := conn.Query(ctx, scanSQL, slot, replaySlot, budget, publication, changes)
 	if err != nil {
 		return scanned{}, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, err)
 	}
@@ -103,13 +118,15 @@ func scan(ctx context.Context, conn slotctl.Querier, slot, replaySlot, publicati
 	for rows.Next() {
 		var upto, live string
 		var data []byte
-		if err := rows.Scan(&upto, &live, &data); err != nil {
+		var nchanges int64
+		if err := rows.Scan(&upto, &live, &nchanges, &data); err != nil {
 			return s, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, err)
 		}
 		if n == 0 {
 			if s.upto, err = pglogrepl.ParseLSN(upto); err == nil {
 				s.live, err = pglogrepl.ParseLSN(live)
 			}
+			s.more = nchanges >= int64(changes)
 			if err != nil {
 				rows.Close()
 				return s, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, err)
@@ -149,9 +166,9 @@ func (p pgSlots) advance(ctx context.Context, target pglogrepl.LSN) (Advanced, e
 	return Advance(ctx, p.conn, p.slot, p.replaySlot, target)
 }
 
-func (p pgSlots) scan(ctx context.Context, budget int64) (scanned, error) {
+func (p pgSlots) scan(ctx context.Context, budget int64, changes int) (scanned, error) {
 	if p.publication == "" {
 		return scanned{}, errors.New("no publication to read the trailing slot's stream with")
 	}
-	return scan(ctx, p.conn, p.slot, p.replaySlot, p.publication, budget)
+	return scan(ctx, p.conn, p.slot, p.replaySlot, p.publication, budget, changes)
 }
