@@ -27,7 +27,12 @@ import (
 // advanced (SQLSTATE 55000)" every minute, or, while it had no target yet,
 // nothing at all.
 func TestKeeperExplainsAnInvalidationDuringARun(t *testing.T) {
-	srv := pgtest.Start(t, pgtest.WithSetting("max_slot_wal_keep_size", "32MB"))
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		testKeeperExplainsAnInvalidation(t, pgtest.Start(t, pgtest.WithBinDir(v.BinDir), pgtest.WithSetting("max_slot_wal_keep_size", "32MB")))
+	})
+}
+
+func testKeeperExplainsAnInvalidation(t *testing.T, srv *pgtest.Server) {
 	ctx := ctxT(t)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
