@@ -42,9 +42,9 @@ type Keeper struct {
 	walStatus   *prometheus.GaugeVec
 }
 
-// WALStatuses are the values of pg_replication_slots.wal_status that the
+// walStatuses are the values of pg_replication_slots.wal_status that the
 // wal_status gauges always carry (one of them 1, the others 0).
-var WALStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
 
 // New builds a Keeper. confirmed returns the position walbox last
 // confirmed to the server for the live slot (0 before the first
@@ -109,7 +109,7 @@ func New(cfg Config, cc *pgx.ConnConfig, confirmed func() pglogrepl.LSN, reg pro
 			Help: "The trailing (replay) slot's pg_replication_slots.wal_status: 1 for the current one, 0 for the others; all 0 until read.",
 		}, []string{"status"}),
 	}
-	for _, s := range WALStatuses {
+	for _, s := range walStatuses {
 		k.walStatus.WithLabelValues(s).Set(0)
 	}
 	k.windowSet.Set(cfg.Window.Seconds())
@@ -228,7 +228,7 @@ func (k *Keeper) inspect(ctx context.Context, conn slotctl.Querier) (slotctl.Slo
 }
 
 func (k *Keeper) setWALStatus(status string) {
-	for _, s := range WALStatuses {
+	for _, s := range walStatuses {
 		v := 0.0
 		if s == status {
 			v = 1
