@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // simSlots simulates the two slots for the keeper's steps: every position
@@ -109,6 +110,14 @@ func TestKeeperRestartedEveryHalfWindow(t *testing.T) {
 						t.Fatalf("after %s (window %s, %d restarts): trailing slot at %s, want between %s (the live slot %s ago) and %s (a window ago)",
 							now.Sub(t0), w, restarts, db.trailing, lo, w+bound, hi)
 					}
+					// What the alerts read: the slot is in place now, and
+					// holds nothing older than the window plus the bound.
+					if got := testutil.ToFloat64(k.lastCurrent); got != unixSeconds(now) {
+						t.Fatalf("after %s: walbox_replay_slot_last_advance_timestamp_seconds %.0f, want now (%.0f)", now.Sub(t0), got, unixSeconds(now))
+					}
+					if held := unixSeconds(now) - testutil.ToFloat64(k.since); held > (w + bound).Seconds() {
+						t.Fatalf("after %s: walbox_replay_slot_retained_since_timestamp_seconds is %.0fs ago, more than the window plus the bound (%s)", now.Sub(t0), held, w+bound)
+					}
 				}
 				now = now.Add(k.cfg.Interval + time.Duration(r.Int64N(int64(k.cfg.Interval/20)+1)))
 			}
@@ -141,6 +150,15 @@ func TestKeeperWithoutRestartsScansOnlyAtTheStart(t *testing.T) {
 		}
 		if now.Sub(t0) < w+k.hist.Step()+k.cfg.Interval { // the first bucket's sample is its last observation
 			scansAtWindow = db.scans
+		}
+		if now.Sub(t0) > w {
+			if got := testutil.ToFloat64(k.lastCurrent); got != unixSeconds(now) {
+				t.Fatalf("after %s: walbox_replay_slot_last_advance_timestamp_seconds %.0f, want now (%.0f)", now.Sub(t0), got, unixSeconds(now))
+			}
+			bound := w/DefaultBuckets + 2*k.cfg.Interval
+			if held := unixSeconds(now) - testutil.ToFloat64(k.since); held > (w + bound).Seconds() {
+				t.Fatalf("after %s: walbox_replay_slot_retained_since_timestamp_seconds is %.0fs ago, more than the window plus the bound (%s)", now.Sub(t0), held, w+bound)
+			}
 		}
 		now = now.Add(k.cfg.Interval)
 	}
