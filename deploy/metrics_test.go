@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -40,6 +43,14 @@ func registered(t *testing.T) map[string]bool {
 	// The heartbeat monitor's gauges (walbox_slot_lag_bytes,
 	// walbox_heartbeat_lag_seconds), registered as walbox run does.
 	if _, err := heartbeat.New(10*time.Second, slotctl.DefaultSlot, nil, func() bool { return false }, reg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	// The trailing slot's keeper (--replay-window).
+	cc, err := pgx.ParseConfig("postgres://localhost/postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retention.New(retention.Config{Slot: slotctl.DefaultSlot, Window: time.Hour}, cc, func() pglogrepl.LSN { return 0 }, reg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

@@ -4,8 +4,9 @@
 // streams, and the relay hands back each heartbeat it receives through the
 // slot (Seen): walbox_heartbeat_lag_seconds is the round trip of the last
 // one, growing while one is outstanding. The Monitor also reads the slot's
-// lag behind the WAL end from pg_replication_slots every interval
-// (walbox_slot_lag_bytes), which shows while the stream is down too.
+// lag behind the WAL end and its wal_status from pg_replication_slots every
+// interval (walbox_slot_lag_bytes, walbox_slot_wal_status), which show
+// while the stream is down too.
 package heartbeat
 
 import (
@@ -56,7 +57,8 @@ type Monitor struct {
 	log      *slog.Logger
 	instance string
 
-	slotLag prometheus.Gauge
+	slotLag   prometheus.Gauge
+	walStatus *prometheus.GaugeVec
 
 	mu          sync.Mutex
 	seq         uint64
@@ -81,11 +83,16 @@ func New(interval time.Duration, slot string, cc *pgx.ConnConfig, active func() 
 		Help: "Bytes of WAL between the server's current position and the slot's confirmed_flush_lsn, read every --heartbeat-interval; -1 until read.",
 	})
 	m.slotLag.Set(-1)
+	m.walStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "walbox_slot_wal_status",
+		Help: "The slot's pg_replication_slots.wal_status, read every --heartbeat-interval: 1 for the current one, 0 for the others; all 0 until read and while the slot is missing.",
+	}, []string{"status"})
+	m.setWALStatus("")
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "walbox_heartbeat_lag_seconds",
 		Help: "Round trip of the last heartbeat through the slot; while one is outstanding, at least the time since it was emitted.",
 	}, func() float64 { return m.Lag().Seconds() })
-	for _, c := range []prometheus.Collector{m.slotLag, lag} {
+	for _, c := range []prometheus.Collector{m.slotLag, m.walStatus, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register heartbeat metrics: %w", err)
 		}
@@ -176,8 +183,12 @@ func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 	qctx, cancel := context.WithTimeout(ctx, m.interval)
 	defer cancel()
 	var lag *float64
-	err := conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::float8
-		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, m.slot).Scan(&lag)
+	var status string
+	err := conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::float8, COALESCE(wal_status, '')
+		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, m.slot).Scan(&lag, &status)
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		m.setWALStatus(status)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		m.slotLag.Set(-1)
@@ -193,6 +204,19 @@ func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 		return true
 	}
 	return m.emit(qctx, conn)
+}
+
+// walStatuses are the values of pg_replication_slots.wal_status.
+var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+func (m *Monitor) setWALStatus(status string) {
+	for _, s := range walStatuses {
+		v := 0.0
+		if s == status {
+			v = 1
+		}
+		m.walStatus.WithLabelValues(s).Set(v)
+	}
 }
 
 func (m *Monitor) emit(ctx context.Context, conn *pgx.Conn) bool {

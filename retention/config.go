@@ -52,11 +52,24 @@ type Config struct {
 	Buckets int
 	// RetryDelay is the wait after a failed step (5s when 0).
 	RetryDelay time.Duration
+	// Publication is the live slot's publication, with which the keeper
+	// reads the trailing slot's stream while its history covers less than
+	// the window (after a start). Empty: it does not, and after a start
+	// the trailing slot does not move for a window.
+	Publication string
+	// ScanBytes bounds the WAL one such read decodes past the trailing
+	// slot's position; DefaultScanBytes when 0.
+	ScanBytes int64
+	// Now is the clock; time.Now when nil. For tests.
+	Now func() time.Time
 }
 
 func (c *Config) setDefaults() {
 	if c.Interval <= 0 {
 		c.Interval = min(max(c.Window/16, time.Second), time.Minute)
+	}
+	if c.ScanBytes <= 0 {
+		c.ScanBytes = DefaultScanBytes
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = 5 * time.Second

@@ -39,7 +39,7 @@ func TestHistoryTarget(t *testing.T) {
 			for _, o := range tt.obs {
 				h.Observe(t0.Add(o.after), o.lsn)
 			}
-			got, ok := h.Target(t0.Add(tt.at))
+			got, _, ok := h.Target(t0.Add(tt.at))
 			if got != tt.want || ok != tt.wantOK {
 				t.Errorf("Target = %s, %t; want %s, %t", got, ok, tt.want, tt.wantOK)
 			}
@@ -77,7 +77,7 @@ func TestHistoryInvariants(t *testing.T) {
 		if n := h.Len(); n > buckets+3 {
 			t.Fatalf("tick %d: %d samples, want at most %d", i, n, buckets+3)
 		}
-		got, ok := h.Target(now)
+		got, _, ok := h.Target(now)
 		if !ok {
 			if now.Sub(t0) >= window+window/buckets+tick {
 				t.Fatalf("tick %d (%s): no target", i, now.Sub(t0))

@@ -83,6 +83,10 @@ type Advanced struct {
 	// Live is the live slot's confirmed position on the server when the
 	// trailing slot was advanced.
 	Live pglogrepl.LSN
+	// WALStatus is the trailing slot's wal_status before the call (see
+	// slotctl.SlotInfo): "lost" once the server invalidated it, and no
+	// target moves it then.
+	WALStatus string
 }
 
 // advanceSQL moves the trailing slot ($2) to LEAST(target $3, the live
@@ -94,7 +98,7 @@ type Advanced struct {
 // valid when the advance happens. pg_replication_slot_advance would refuse
 // a backward move; the CASE never asks for one.
 const advanceSQL = `
-SELECT tr.confirmed_flush_lsn::text, live.confirmed_flush_lsn::text,
+SELECT tr.confirmed_flush_lsn::text, live.confirmed_flush_lsn::text, COALESCE(tr.wal_status, ''),
        CASE WHEN LEAST($3::pg_lsn, live.confirmed_flush_lsn) > tr.confirmed_flush_lsn
             THEN (SELECT a.end_lsn FROM pg_replication_slot_advance($2, LEAST($3::pg_lsn, live.confirmed_flush_lsn)) a)
        END::text
@@ -108,14 +112,14 @@ WHERE live.slot_name = $1 AND tr.slot_name = $2`
 func Advance(ctx context.Context, conn slotctl.Querier, slot, replaySlot string, target pglogrepl.LSN) (Advanced, error) {
 	var before, live string
 	var after *string
-	err := conn.QueryRow(ctx, advanceSQL, slot, replaySlot, target.String()).Scan(&before, &live, &after)
+	var a Advanced
+	err := conn.QueryRow(ctx, advanceSQL, slot, replaySlot, target.String()).Scan(&before, &live, &a.WALStatus, &after)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Advanced{}, fmt.Errorf("advance trailing slot %q: it or the live slot %q does not exist (walbox creates the trailing slot on its next start)", replaySlot, slot)
 	}
 	if err != nil {
 		return Advanced{}, fmt.Errorf("advance trailing slot %q to %s: %w", replaySlot, target, err)
 	}
-	var a Advanced
 	if a.Before, err = pglogrepl.ParseLSN(before); err != nil {
 		return a, fmt.Errorf("trailing slot %q confirmed_flush_lsn %q: %w", replaySlot, before, err)
 	}

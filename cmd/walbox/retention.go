@@ -21,6 +21,6 @@ func newKeeper(cfg config.Config, relay *pipeline.Relay, reg prometheus.Register
 	if err != nil {
 		return nil, err
 	}
-	return retention.New(retention.Config{Slot: cfg.Slot, ReplaySlot: cfg.ReplaySlot, Window: cfg.ReplayWindow},
+	return retention.New(retention.Config{Slot: cfg.Slot, ReplaySlot: cfg.ReplaySlot, Window: cfg.ReplayWindow, Publication: cfg.Publication},
 		cc, relay.Confirmed, reg, log)
 }
