@@ -116,7 +116,7 @@ func TestCountEventsMatchesAdvance(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.exec(t, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", cp))
-			counted, err := slotctl.CountEvents(ctx, e.conn, cp, "walbox", to)
+			counted, err := slotctl.CountEvents(ctx, e.conn, cp, slotctl.Events{}, to)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +207,7 @@ func TestCountEventsConnectionDies(t *testing.T) {
 	insertTx(t, e, 2)
 	victim := e.connectAs(t, "postgres")
 	q := &killAfterCopy{Querier: victim, killer: e.conn, pid: victim.PgConn().PID()}
-	if _, err := slotctl.CountEvents(ctx, q, e.db, "walbox", 0); !errors.Is(err, slotctl.ErrCannotCount) {
+	if _, err := slotctl.CountEvents(ctx, q, e.db, slotctl.Events{}, 0); !errors.Is(err, slotctl.ErrCannotCount) {
 		t.Fatalf("CountEvents on a dying connection = %v, want ErrCannotCount", err)
 	}
 	if !q.killed {
@@ -232,7 +232,36 @@ func TestCountEventsConnectionDies(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The slot itself is untouched.
-	if n, err := slotctl.CountEvents(ctx, e.conn, e.db, "walbox", 0); err != nil || n != 2 {
+	if n, err := slotctl.CountEvents(ctx, e.conn, e.db, slotctl.Events{}, 0); err != nil || n != 2 {
 		t.Errorf("CountEvents() after the crash = %d, %v; want 2", n, err)
+	}
+}
+
+// TestCountEventsOnlyOutboxTables: an insert into another table of the
+// publication is not an event (walbox does not route it), and a message
+// is one only with the prefix and inside a transaction (issue 17, item 5).
+func TestCountEventsOnlyOutboxTables(t *testing.T) {
+	e := newEnv(t, nil, "001_outbox.sql", "002_publication.sql")
+	ctx := ctxT(t)
+	e.exec(t, "CREATE TABLE other (id int)", "ALTER PUBLICATION walbox ADD TABLE other")
+	if _, err := slotctl.CreateSlot(ctx, e.conn, e.db); err != nil {
+		t.Fatal(err)
+	}
+	insertTx(t, e, 2)
+	e.exec(t, "INSERT INTO other SELECT generate_series(1, 5)",
+		"SELECT pg_logical_emit_message(true, 'ob', 'a')",
+		"SELECT pg_logical_emit_message(false, 'ob', 'b')",
+		"SELECT pg_logical_emit_message(true, 'obx', 'c')")
+	for _, tt := range []struct {
+		ev   slotctl.Events
+		want int64
+	}{
+		{slotctl.Events{}, 2},
+		{slotctl.Events{MessagePrefix: "ob"}, 3},
+		{slotctl.Events{Table: "public.outbox,public.other"}, 7},
+	} {
+		if n, err := slotctl.CountEvents(ctx, e.conn, e.db, tt.ev, 0); err != nil || n != tt.want {
+			t.Errorf("CountEvents(%+v) = %d, %v; want %d", tt.ev, n, err, tt.want)
+		}
 	}
 }

@@ -16,8 +16,9 @@ Drops the replication slot, and with --publication-too the publication.
 Dropping the slot discards its position: outbox rows committed after its
 confirmed_flush_lsn that walbox has not published yet are not sent by a new
 slot; publish them again from the outbox table. Before asking, it warns how
-many such events there are (counted on a temporary copy of the slot; "could
-not count" if that fails) and how much WAL the slot holds. Refuses (exit 3)
+many such events there are (what walbox routes: inserts into the outbox
+tables and, with --message-prefix, that prefix's transactional messages;
+counted on a temporary copy of the slot; "could not count" if that fails) and how much WAL the slot holds. Refuses (exit 3)
 while a process streams from the slot.
 
   --publication-too   also drop the publication (after the slot)
@@ -40,7 +41,7 @@ func runDrop(ctx context.Context, args []string, e env) error {
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
 	fs.BoolVar(&o.PublicationToo, "publication-too", false, "")
 	fs.BoolVar(&o.Yes, "yes", false, "")
-	if err := o.load(o.command("drop", fs, connOptions), args, e, dropHelp); err != nil {
+	if err := o.load(o.command("drop", fs, connOptions, countOptions), args, e, dropHelp); err != nil {
 		return err
 	}
 	cfg := o.slotConfig(false)
@@ -89,7 +90,7 @@ func runDrop(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stderr, "slotctl drop: %s; skipping it\n", m)
 	}
 	if slotFound {
-		warnUnconfirmed(ctx, e, &o.commonOptions, slot, cfg.Publication)
+		warnUnconfirmed(ctx, e, &o.commonOptions, slot)
 	}
 
 	if !o.Yes {
@@ -130,16 +131,16 @@ func runDrop(ctx context.Context, args []string, e env) error {
 }
 
 // warnUnconfirmed says on stderr how many events dropping slot discards
-// (the inserts its publication streams after its confirmed position,
-// counted on a temporary copy) and how much WAL it holds.
-func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.SlotInfo, pub string) {
+// (what walbox routes after its confirmed position, counted on a
+// temporary copy) and how much WAL it holds.
+func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.SlotInfo) {
 	wal := fmt.Sprintf("%s (%d bytes) of WAL", bytesIEC(slot.RetainedBytes), slot.RetainedBytes)
-	n, err := o.countEvents(ctx, slot.Name, pub, 0)
+	n, err := o.countEvents(ctx, slot.Name, 0)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %s; could not count its unconfirmed outbox events (%s); dropping it discards them\n",
 			slot.Name, wal, countFailure(err))
 		return
 	}
-	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s (inserts publication %s streams) and %s; dropping it discards them\n",
-		slot.Name, n, slot.ConfirmedFlushLSN, pub, wal)
+	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s (%s) and %s; dropping it discards them\n",
+		slot.Name, n, slot.ConfirmedFlushLSN, o.events(), wal)
 }
