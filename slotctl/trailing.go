@@ -1,0 +1,81 @@
+package slotctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// How walbox recognises its own trailing slot. Postgres keeps no comment
+// or owner on a slot, and walbox writes nothing about it, so the slot's
+// history as Postgres records it decides. walbox creates the trailing slot
+// as a copy of the live slot and afterwards only moves it with
+// pg_replication_slot_advance, capped at the live slot; walbox replay and
+// slotctl's counting decode temporary copies of it, never the slot itself.
+// So a slot walbox made
+//
+//   - was never decoded to a client: pg_stat_replication_slots counts no
+//     transaction for it (an advance fast-forwards without an output plugin
+//     and counts none), and
+//   - is not ahead of the live slot's confirmed position.
+//
+// Another consumer's slot fails the first as soon as that consumer read
+// one transaction from it, and usually the second. What this cannot tell:
+// a foreign slot that nobody read yet and that sits behind the live slot,
+// or one whose statistics were lost (a crash, pg_stat_reset). A trailing
+// slot of today's walbox passes: earlier versions treated it the same way.
+
+// TrailingLive returns the live slot a slot of the name trailing would
+// trail by walbox's convention ("<live>_replay"), and false for a name
+// without the suffix.
+func TrailingLive(trailing string) (string, bool) {
+	live, ok := strings.CutSuffix(trailing, ReplaySuffix)
+	return live, ok && live != ""
+}
+
+// CheckTrailing says whether the existing slot named trailing may be
+// walbox's trailing slot of the live slot named live (see above): nil if
+// so, ErrNotTrailing saying why not and what to do, ErrSlotNotFound if it
+// does not exist. The plugin, database and kind are Inspect's to check.
+func CheckTrailing(ctx context.Context, conn Querier, live, trailing string) error {
+	if err := errors.Join(ValidateSlotName(live), ValidateSlotName(trailing)); err != nil {
+		return err
+	}
+	var (
+		confirmed, liveConfirmed *string
+		decoded                  int64
+	)
+	// pg_stat_replication_slots exists from PostgreSQL 14 on, which walbox
+	// requires. A slot it has no row for was decoded by nobody.
+	err := conn.QueryRow(ctx, `
+SELECT tr.confirmed_flush_lsn::text,
+       (SELECT l.confirmed_flush_lsn::text FROM pg_replication_slots l WHERE l.slot_name = $1),
+       COALESCE((SELECT st.total_txns + st.spill_txns + st.stream_txns FROM pg_stat_replication_slots st WHERE st.slot_name = $2), 0)
+FROM pg_replication_slots tr
+WHERE tr.slot_name = $2`, live, trailing).Scan(&confirmed, &liveConfirmed, &decoded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: slot %q does not exist", ErrSlotNotFound, trailing)
+	}
+	if err != nil {
+		return fmt.Errorf("slotctl: read slot %q: %w", trailing, err)
+	}
+	const fix = "walbox creates its trailing slot as a copy of the live slot and never reads from it, so this is another consumer's slot " +
+		"(or one walbox made that someone then read from); give --replay-slot another name, or, if nothing needs it, drop it (`slotctl drop --slot %s`) and walbox creates its own"
+	if decoded > 0 {
+		return fmt.Errorf("%w: slot %q has been decoded by a client (pg_stat_replication_slots counts %d transaction(s) for it): "+fix+
+			"; if you are sure it is walbox's trailing slot and only you read it by hand, clear that record with SELECT pg_stat_reset_replication_slot('%s')",
+			ErrNotTrailing, trailing, decoded, trailing, trailing)
+	}
+	if confirmed != nil && liveConfirmed != nil {
+		tr, err1 := parseLSN(*confirmed)
+		lv, err2 := parseLSN(*liveConfirmed)
+		if err1 == nil && err2 == nil && tr > lv {
+			return fmt.Errorf("%w: slot %q is confirmed up to %s, ahead of the live slot %q at %s, so it does not trail it: "+fix,
+				ErrNotTrailing, trailing, tr, live, lv, trailing)
+		}
+	}
+	return nil
+}
