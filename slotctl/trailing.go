@@ -79,3 +79,80 @@ WHERE tr.slot_name = $2`, live, trailing).Scan(&confirmed, &liveConfirmed, &deco
 	}
 	return nil
 }
+
+// UnusedTrailingSlot is a trailing slot walbox made and no longer uses,
+// as UnusedTrailing finds it.
+type UnusedTrailingSlot struct {
+	SlotInfo
+	// Trails is the live slot it trailed; LiveExists says whether that
+	// slot still exists (false: an orphan).
+	Trails     string
+	LiveExists bool
+}
+
+// UnusedTrailing returns the trailing slots of the current database that
+// walbox, configured with cfg and keeping the trailing slot inUse ("" when
+// --replay-window is off), does not use: pgoutput slots named
+// "<name>_replay" that walbox may have made (CheckTrailing) where <name> is
+// cfg.Slot or no longer exists. Nothing advances them, so they hold WAL
+// and vacuum's catalog horizon until dropped. Active slots (something
+// uses them) and trailing slots of other live slots that exist (another
+// walbox's) are left out. Changes nothing.
+func UnusedTrailing(ctx context.Context, conn Querier, cfg Config, inUse string) ([]UnusedTrailingSlot, error) {
+	cfg = cfg.WithDefaults()
+	rows, err := conn.Query(ctx, `
+SELECT s.slot_name::text,
+       EXISTS (SELECT 1 FROM pg_replication_slots l
+               WHERE l.slot_name::text = left(s.slot_name::text, -length($1)) AND l.database = s.database)
+FROM pg_replication_slots s
+WHERE s.slot_type = 'logical' AND s.database = current_database() AND s.plugin = $2 AND NOT s.active
+  AND right(s.slot_name::text, length($1)) = $1
+ORDER BY s.slot_name`, ReplaySuffix, Plugin)
+	if err != nil {
+		return nil, fmt.Errorf("slotctl: list slots: %w", err)
+	}
+	type found struct {
+		name   string
+		exists bool
+	}
+	candidates, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (found, error) {
+		var f found
+		return f, r.Scan(&f.name, &f.exists)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("slotctl: list slots: %w", err)
+	}
+	var out []UnusedTrailingSlot
+	for _, c := range candidates {
+		live, ok := TrailingLive(c.name)
+		if !ok || c.name == inUse || (c.exists && live != cfg.Slot) {
+			continue
+		}
+		err := CheckTrailing(ctx, conn, live, c.name)
+		switch {
+		case errors.Is(err, ErrNotTrailing), errors.Is(err, ErrSlotNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		s, err := Inspect(ctx, conn, c.name)
+		switch {
+		case errors.Is(err, ErrSlotNotFound):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, UnusedTrailingSlot{SlotInfo: s, Trails: live, LiveExists: c.exists})
+	}
+	return out, nil
+}
+
+// Warning is the log message about u, with its fix.
+func (u UnusedTrailingSlot) Warning() string {
+	why := fmt.Sprintf("walbox no longer uses the trailing replay slot %s of slot %s (--replay-window is off, or --replay-slot names another)", u.Name, u.Trails)
+	if !u.LiveExists {
+		why = fmt.Sprintf("walbox no longer uses the trailing replay slot %s: its live slot %s no longer exists (a rollback to the polling relay, a cutover to a new slot, a --slot rename)", u.Name, u.Trails)
+	}
+	return why + "; nothing advances it, so it holds WAL and holds back vacuum of the catalog until dropped: " +
+		"if you no longer need to replay from it, drop it with `slotctl drop --slot " + u.Name + "`"
+}
