@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -80,9 +82,65 @@ func setComment(ctx context.Context, conn querier, pub, comment string) error {
 	return nil
 }
 
+// lockSQL takes the advisory lock of the takeover of slot $1, which
+// Takeover holds from before it marks the publication until it returns.
+// The lock goes with the session, so a killed process does not keep it.
+const lockSQL = `SELECT pg_advisory_lock(hashtext('walbox snapshot ' || $1))`
+
+// LockNotPending is what `walbox run` without --snapshot checks before it
+// prepares the slot: it takes the advisory lock a takeover of slot holds
+// (waiting, with a log line, while another walbox takes over), then reads
+// publication pub's comment. If slot's snapshot marker is there, a
+// takeover began and did not finish: it returns PendingError, since
+// streaming would send newer events before older pending rows. Otherwise
+// it returns release, which ends the session and so the lock: call it once
+// the slot is ready, so that no takeover can begin between the check and
+// the slot's preparation. A missing publication is no marker. ctx bounds
+// the wait.
+func LockNotPending(ctx context.Context, connString, pub, slot string, log *slog.Logger) (release func(), err error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: connect to postgres: %w", err)
+	}
+	closeConn := func() { conn.Close(context.Background()) }
+	defer func() {
+		if err != nil {
+			closeConn()
+		}
+	}()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('walbox snapshot ' || $1))`, slot).Scan(&got); err != nil {
+		return nil, fmt.Errorf("snapshot: take the advisory lock of slot %q: %w", slot, err)
+	}
+	if !got {
+		log.Info("waiting for another walbox's takeover of the slot to finish before checking whether its snapshot is pending",
+			"slot", slot, "publication", pub)
+		if _, err := conn.Exec(ctx, lockSQL, slot); err != nil {
+			return nil, fmt.Errorf("snapshot: wait for the advisory lock of slot %q (held by a takeover): %w", slot, err)
+		}
+	}
+	var comment string
+	err = conn.QueryRow(ctx, `
+SELECT COALESCE(obj_description(p.oid, 'pg_publication'), '')
+FROM pg_publication p WHERE p.pubname = $1`, pub).Scan(&comment)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return closeConn, nil // a first start: nothing began
+	case err != nil:
+		return nil, fmt.Errorf("snapshot: read the comment of publication %q: %w", pub, err)
+	case parseMarker(comment, slot).present:
+		return nil, PendingError(pub, slot)
+	}
+	return closeConn, nil
+}
+
 // Pending reports whether publication pub carries slot's snapshot marker:
-// a takeover began and did not finish. A missing publication is false. `walbox run` without --snapshot
-// refuses to stream then (see PendingError).
+// a takeover began and did not finish. A missing publication is false.
+// It reads without the takeover's lock, so it may miss a takeover that
+// is beginning: `walbox run` uses LockNotPending.
 func Pending(ctx context.Context, connString, pub, slot string) (bool, error) {
 	conn, err := pgx.Connect(ctx, connString)
 	if err != nil {

@@ -96,7 +96,7 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 	// One takeover per slot at a time: a second walbox waits here, and then
 	// finds the slot made and the marker gone (or takes over a dead one's).
 	// The lock goes with the session, so a killed process does not keep it.
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('walbox snapshot ' || $1))`, scfg.Slot); err != nil {
+	if _, err := conn.Exec(ctx, lockSQL, scfg.Slot); err != nil {
 		return res, fmt.Errorf("snapshot: take the advisory lock of slot %q: %w", scfg.Slot, err)
 	}
 
