@@ -19,6 +19,58 @@ import (
 // " from <LSN>", the slot's consistent point.
 func SnapshotMarker(slot string) string { return "walbox: slot " + slot + " snapshot pending" }
 
+// FinishedMarker returns the comment a finished takeover leaves on the
+// publication: "walbox: slot <slot> snapshot finished at <LSN>; <mode>",
+// with " where <where>" for ModePending. It records which rows the
+// snapshot selected, so that a later start that recreates the slot does
+// not take the same snapshot again (ErrSnapshotRepeated): walbox never
+// marks a row sent, so the old relay's "sent_at IS NULL" then selects
+// every row walbox has sent since.
+func FinishedMarker(slot string, lsn pglogrepl.LSN, cfg Config) string {
+	return finishedPrefix(slot) + lsn.String() + "; " + selection(cfg)
+}
+
+func finishedPrefix(slot string) string { return "walbox: slot " + slot + " snapshot finished at " }
+
+// selection is how FinishedMarker writes what a snapshot selects.
+func selection(cfg Config) string {
+	if cfg.Mode == ModePending {
+		return string(cfg.Mode) + " where " + strings.TrimSpace(cfg.Where)
+	}
+	return string(cfg.Mode)
+}
+
+// finished is a parsed FinishedMarker.
+type finished struct {
+	present   bool
+	at        pglogrepl.LSN
+	selection string
+}
+
+func parseFinished(comment, slot string) finished {
+	rest, ok := strings.CutPrefix(comment, finishedPrefix(slot))
+	if !ok {
+		return finished{}
+	}
+	at, sel, ok := strings.Cut(rest, "; ")
+	lsn, err := pglogrepl.ParseLSN(at)
+	if !ok || err != nil {
+		return finished{}
+	}
+	return finished{present: true, at: lsn, selection: sel}
+}
+
+// repeatedError is ErrSnapshotRepeated for a takeover that would take f's
+// snapshot again.
+func repeatedError(pub, slot string, f finished) error {
+	return fmt.Errorf("%w: publication %q says a takeover of slot %q finished at %s with the same selection (%s), and slot %q is to be created again: "+
+		"the snapshot would re-send every row it selects that walbox has sent since (walbox never marks rows sent, so a polling relay's \"sent_at IS NULL\" selects them all). "+
+		"--snapshot is probably left in the configuration from the takeover: remove --snapshot and --snapshot-where and start again "+
+		"(with --create-slot if the slot vanished; then re-publish what consumers missed by time, e.g. --snapshot pending --snapshot-where \"created_at >= '<time of the last event received>'\"). "+
+		"To take this snapshot again anyway, as the publication's owner run COMMENT ON PUBLICATION %s IS NULL; nothing was created",
+		ErrSnapshotRepeated, pub, f.at, f.selection, slot, slot, pgx.Identifier{pub}.Sanitize())
+}
+
 // marker is a parsed snapshot marker.
 type marker struct {
 	present bool

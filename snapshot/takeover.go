@@ -112,8 +112,10 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 		// operator: nothing to take over.
 		s, err := slotctl.EnsureSlot(ctx, conn, scfg)
 		if err == nil {
-			log.Info("snapshot: not taking a snapshot: the slot exists and no snapshot of it is pending "+
-				"(a snapshot is taken only when walbox creates the slot, and never twice)",
+			log.Warn("snapshot: not taking a snapshot: the slot exists and no snapshot of it is pending "+
+				"(a snapshot is taken only when walbox creates the slot); remove --snapshot and --snapshot-where from the configuration: "+
+				"left there, a start that creates the slot again (--create-slot after it vanished) would take the snapshot again, "+
+				"and a polling relay's \"sent_at IS NULL\" selects every row walbox sent (walbox never marks rows sent)",
 				"slot", s.Name, "publication", scfg.Publication, "confirmed_lsn", s.ConfirmedFlushLSN.String())
 		}
 		res.Slot = s
@@ -133,6 +135,9 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 		return res, err
 	}
 
+	if f := parseFinished(comment, scfg.Slot); f.present && f.selection == selection(opts.Snapshot) {
+		return res, repeatedError(scfg.Publication, scfg.Slot, f)
+	}
 	if err := setComment(ctx, conn, scfg.Publication, SnapshotMarker(scfg.Slot)); err != nil {
 		return res, err
 	}
@@ -165,7 +170,7 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 	}
 	// Every snapshot record is acknowledged: only now is the snapshot
 	// finished. A crash before this line takes it again on the next start.
-	if err := setComment(ctx, conn, scfg.Publication, ""); err != nil {
+	if err := setComment(ctx, conn, scfg.Publication, FinishedMarker(scfg.Slot, created.lsn, opts.Snapshot)); err != nil {
 		return res, err
 	}
 	res.Taken = true
