@@ -64,3 +64,14 @@ func TestForeignTrailing(t *testing.T) {
 		})
 	})
 }
+
+// TestAdvanceMissingSaysWhen: a missing trailing slot is created again on
+// the keeper's next attempt, seconds later, not "on its next start" as the
+// error used to say (issue 17, item 9).
+func TestAdvanceMissingSaysWhen(t *testing.T) {
+	e := newEnv(t)
+	_, err := retention.Advance(ctxT(t), e.conn, e.live, e.tr, e.write(t))
+	if err == nil || strings.Contains(err.Error(), "next start") || !strings.Contains(err.Error(), "next attempt") {
+		t.Fatalf("Advance of a missing trailing slot: %v; want it to say it is created again on the next attempt", err)
+	}
+}

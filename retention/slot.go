@@ -115,7 +115,8 @@ func Advance(ctx context.Context, conn slotctl.Querier, slot, replaySlot string,
 	var after *string
 	err := conn.QueryRow(ctx, advanceSQL, slot, replaySlot, target.String()).Scan(&before, &live, &after)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Advanced{}, fmt.Errorf("advance trailing slot %q: it or the live slot %q does not exist (walbox creates the trailing slot on its next start)", replaySlot, slot)
+		return Advanced{}, fmt.Errorf("advance trailing slot %q: it or the live slot %q does not exist (a missing trailing slot is created again as a copy of the live slot on the next attempt, "+
+			"a few seconds from now, and its window starts again from there)", replaySlot, slot)
 	}
 	if err != nil {
 		return Advanced{}, fmt.Errorf("advance trailing slot %q to %s: %w", replaySlot, target, err)

@@ -15,8 +15,11 @@ import (
 )
 
 // ErrAdvanceBackwards: Advance was asked to move a slot to a position
-// before its confirmed_flush_lsn, which a slot cannot do (the WAL before it
-// may be gone, and the server silently ignores such a request).
+// before its confirmed_flush_lsn, which a slot cannot do: the WAL and
+// catalog rows before it may be gone, and the server refuses such a
+// request ("cannot advance replication slot to X, minimum is Y", SQLSTATE
+// 55000). Advance checks first, to say so with the slot's position and
+// what to do instead.
 var ErrAdvanceBackwards = errors.New("slotctl: cannot move a replication slot backwards")
 
 // ErrCannotCount: CountEvents could not count the events (another output

@@ -265,3 +265,29 @@ func TestCountEventsOnlyOutboxTables(t *testing.T) {
 		}
 	}
 }
+
+// TestServerRefusesBackwardAdvance: what ErrAdvanceBackwards' comment
+// says of the server (it used to say the server silently ignores a
+// backward advance; it refuses it with SQLSTATE 55000). Issue 17, item 9.
+func TestServerRefusesBackwardAdvance(t *testing.T) {
+	e := newEnv(t, nil, "001_outbox.sql", "002_publication.sql")
+	ctx := ctxT(t)
+	s, err := slotctl.CreateSlot(ctx, e.conn, e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertTx(t, e, 1)
+	end, err := slotctl.CurrentWALLSN(ctx, e.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, fmt.Sprintf("SELECT pg_replication_slot_advance('%s', '%s')", e.db, end))
+	_, err = e.conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, $2::pg_lsn)", e.db, s.ConfirmedFlushLSN.String())
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55000" || !strings.Contains(pgErr.Message, "minimum is") {
+		t.Fatalf("backward pg_replication_slot_advance = %v, want SQLSTATE 55000 naming the minimum", err)
+	}
+	if _, err := slotctl.Advance(ctx, e.conn, e.db, s.ConfirmedFlushLSN); !errors.Is(err, slotctl.ErrAdvanceBackwards) {
+		t.Fatalf("Advance backwards = %v, want ErrAdvanceBackwards", err)
+	}
+}

@@ -28,6 +28,22 @@ import (
 // or one whose statistics were lost (a crash, pg_stat_reset). A trailing
 // slot of today's walbox passes: earlier versions treated it the same way.
 
+// DecodedTransactions is how many transactions the server decoded from
+// the slot named slot to a client (pg_stat_replication_slots: total_txns,
+// spill_txns and stream_txns; PostgreSQL 14+): 0 for a slot only ever
+// moved with pg_replication_slot_advance or copied, and for one whose
+// statistics were lost (a crash) or reset. A missing slot is 0.
+func DecodedTransactions(ctx context.Context, conn Querier, slot string) (int64, error) {
+	var n int64
+	err := conn.QueryRow(ctx, `
+SELECT COALESCE((SELECT st.total_txns + st.spill_txns + st.stream_txns FROM pg_stat_replication_slots st WHERE st.slot_name = $1), 0)`,
+		slot).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("slotctl: read the statistics of slot %q: %w", slot, err)
+	}
+	return n, nil
+}
+
 // TrailingLive returns the live slot a slot of the name trailing would
 // trail by walbox's convention ("<live>_replay"), and false for a name
 // without the suffix.

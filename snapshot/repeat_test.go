@@ -50,3 +50,28 @@ func TestTakeoverNotRepeated(t *testing.T) {
 		t.Fatalf("takeover with a selection by time: %+v, %v, %d records; want the 5 rows", res, err, len(c.records()))
 	}
 }
+
+// TestTakeoverSaysHowTheSlotMoved: an unfinished takeover's slot that is
+// no longer at the recorded consistent point was either streamed from or
+// dropped and created again; the error used to say "something streamed
+// from it" for both. The server's statistics tell them apart (issue 17,
+// item 9).
+func TestTakeoverSaysHowTheSlotMoved(t *testing.T) {
+	e := newStateEnv(t)
+	if _, err := e.takeover(&failing{}); !errors.Is(err, snapshot.ErrProduce) {
+		t.Fatalf("first takeover: %v", err)
+	}
+	e.exec(`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, body) VALUES ('order', 'ord-1', 'E', '{}', '\x00')`)
+	e.exec(`SELECT pg_drop_replication_slot('walbox')`)
+	e.exec(`SELECT pg_create_logical_replication_slot('walbox', 'pgoutput')`)
+	_, err := e.takeover(&capture{})
+	if !errors.Is(err, snapshot.ErrSnapshotPending) || strings.Contains(err.Error(), "something streamed") || !strings.Contains(err.Error(), "created again") {
+		t.Fatalf("takeover of a recreated slot: %v, want ErrSnapshotPending saying it was created again", err)
+	}
+	e.exec(`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, body) VALUES ('order', 'ord-1', 'E', '{}', '\x00')`)
+	e.exec(`SELECT count(*) FROM pg_logical_slot_get_binary_changes('walbox', NULL, NULL, 'proto_version', '1', 'publication_names', 'walbox')`)
+	_, err = e.takeover(&capture{})
+	if !errors.Is(err, snapshot.ErrSnapshotPending) || !strings.Contains(err.Error(), "something streamed from it") {
+		t.Fatalf("takeover of a streamed slot: %v, want ErrSnapshotPending saying something streamed from it", err)
+	}
+}

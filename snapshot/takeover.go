@@ -194,11 +194,21 @@ func dropUnfinished(ctx context.Context, conn *pgx.Conn, scfg slotctl.Config, sl
 	busyTimeout time.Duration, log *slog.Logger,
 ) error {
 	if mk.from != 0 && slot.ConfirmedFlushLSN != mk.from {
-		return fmt.Errorf("%w: publication %q says the snapshot of slot %q created at %s did not finish, but the slot was confirmed to %s since: "+
-			"something streamed from it without the snapshot (a walbox without --snapshot, another tool), so taking the snapshot again "+
-			"could no longer keep each aggregate's order. Check who uses slot %q. To keep streaming from it and give the snapshot up, "+
+		// Which of the two it was, the server's statistics tell: a slot
+		// streamed from was decoded; a slot created again (or moved with
+		// pg_replication_slot_advance) was not.
+		what := "it was not decoded since it was created, so it was dropped and created again (a new slot starts at a later position) " +
+			"or moved with pg_replication_slot_advance (`slotctl advance`): events committed since the snapshot's consistent point may be missing from it"
+		if n, err := slotctl.DecodedTransactions(ctx, conn, scfg.Slot); err == nil && n > 0 {
+			what = fmt.Sprintf("something streamed from it without the snapshot (pg_stat_replication_slots counts %d decoded transaction(s): "+
+				"a walbox without --snapshot, another tool)", n)
+		} else if err != nil {
+			what = "something streamed from it without the snapshot, or it was dropped and created again, or advanced"
+		}
+		return fmt.Errorf("%w: publication %q says the snapshot of slot %q created at %s did not finish, but the slot is confirmed up to %s: "+
+			"%s, so taking the snapshot again could no longer keep each aggregate's order. Check who uses slot %q. To keep streaming from it and give the snapshot up, "+
 			"as the publication's owner run COMMENT ON PUBLICATION %s IS NULL; to start the takeover over, drop the slot (`slotctl drop --slot %s`) and start again",
-			ErrSnapshotPending, scfg.Publication, scfg.Slot, mk.from, slot.ConfirmedFlushLSN, scfg.Slot,
+			ErrSnapshotPending, scfg.Publication, scfg.Slot, mk.from, slot.ConfirmedFlushLSN, what, scfg.Slot,
 			pgx.Identifier{scfg.Publication}.Sanitize(), scfg.Slot)
 	}
 	if busyTimeout <= 0 {
