@@ -77,28 +77,27 @@ func TestParseReplayBound(t *testing.T) {
 	}
 }
 
-// TestReplayEnd: the end of a replay is the range's upper LSN, the server's
-// position at start (exclusive: nothing committing there had committed
-// when the replay started), or a commit time past --to plus the slack.
+// TestReplayEnd: the end of a replay is the range's upper LSN or the
+// server's position at start (exclusive: nothing committing there had
+// committed when the replay started); never a commit time, which WAL
+// order does not follow.
 func TestReplayEnd(t *testing.T) {
 	to := time.Date(2026, 11, 30, 22, 0, 0, 0, time.UTC)
 	r := &rangeReplay{end: 200, current: 300, cfg: ReplayConfig{Range: Range{ToTime: to}}}
 	for _, tt := range []struct {
 		lsn  pglogrepl.LSN
-		at   time.Time
 		want bool
 	}{
-		{200, to, false},
-		{201, to, true},
-		{150, to.Add(endTimeSlack), false},
-		{150, to.Add(endTimeSlack + time.Microsecond), true},
+		{150, false},
+		{200, false},
+		{201, true},
 	} {
-		if got := r.pastEnd(tt.lsn, tt.at); got != tt.want {
-			t.Errorf("pastEnd(%s, %s) = %t, want %t", tt.lsn, tt.at, got, tt.want)
+		if got := r.pastEnd(tt.lsn); got != tt.want {
+			t.Errorf("pastEnd(%s) = %t, want %t", tt.lsn, got, tt.want)
 		}
 	}
 	r = &rangeReplay{end: 300, current: 300}
-	if !r.pastEnd(300, to) || r.pastEnd(299, to) {
+	if !r.pastEnd(300) || r.pastEnd(299) {
 		t.Error("a commit at the server's position at start must end the replay, one before it not")
 	}
 }
@@ -114,11 +113,11 @@ func TestCheckStart(t *testing.T) {
 		wantErr string
 	}{
 		{name: "LSN at the slot", rg: Range{FromLSN: 100}, first: first},
-		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: "holds transactions committed from LSN 0/64 on (the first of them committed at 2026-11-30T21:00:00Z)"},
-		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "earliest replayable time is unknown"},
+		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: "at or after LSN 0/64: give --from 0/64 (or a later LSN) to replay from there; by time, the first of them committed at 2026-11-30T21:00:00Z"},
+		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "give --from 0/64 (or a later LSN) to replay from there; it holds no transaction yet, so the earliest replayable time is unknown"},
 		{name: "time at the first transaction", rg: Range{FromTime: first.CommitTime}, first: first},
-		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "2026-11-30T21:00:00Z"},
-		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "give --from as an LSN at or after 0/64"},
+		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "give --from 0/64 (or a later LSN) to replay from there; by time, the first of them committed at 2026-11-30T21:00:00Z"},
+		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "give --from 0/64 (or a later LSN)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &rangeReplay{cfg: ReplayConfig{Slot: "walbox_replay", Range: tt.rg, From: "x"}, res: &ReplayResult{Start: 100}}
