@@ -272,12 +272,12 @@ func TestReplayRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		afterE := e.now(t)
-		firstRE := regexp.MustCompile(`use --from (\S+) or later, or --from ` + regexp.QuoteMeta(earliest.String()))
+		firstRE := regexp.MustCompile(`the first of them committed at (\S+) \(`)
 		for _, from := range []string{afterA.String(), timeA.UTC().Format(time.RFC3339Nano)} {
 			res := runReplay(t, env, "--from", from, "--to", afterB.String(), "--topic", "replay.refused.{aggregate_type}")
 			t.Logf("--from %s: %s", from, tail(res.stderr, 700))
 			if res.code != 1 || !strings.Contains(res.stderr, "range not covered by the trailing slot") ||
-				!strings.Contains(res.stderr, "holds is "+earliest.String()+" (its first transaction committed at ") {
+				!strings.Contains(res.stderr, "give --from "+earliest.String()+" (or a later LSN)") {
 				t.Errorf("--from %s older than the window: exit %d, stderr:\n%s", from, res.code, res.stderr)
 			}
 			// The earliest replayable time is D's or E's commit time.

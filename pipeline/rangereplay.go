@@ -61,15 +61,14 @@ type RangeNotCoveredError struct {
 }
 
 func (e *RangeNotCoveredError) Error() string {
-	if e.EarliestTime.IsZero() {
-		return fmt.Sprintf("%v: --from %s: %s; the earliest position trailing slot %q holds is %s, and no transaction has committed after it yet, "+
-			"so the earliest replayable time is unknown: use --from %s or a later LSN",
-			ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, e.Earliest)
+	when := "it holds no transaction yet, so the earliest replayable time is unknown"
+	if !e.EarliestTime.IsZero() {
+		when = "by time, the first of them committed at " + e.EarliestTime.UTC().Format(time.RFC3339Nano) +
+			" (a --from TIME at or after it is accepted, but a transaction whose commit record precedes the slot's position may have a later commit time and is not replayed)"
 	}
-	at := e.EarliestTime.UTC().Format(time.RFC3339Nano)
-	return fmt.Sprintf("%v: --from %s: %s; the earliest position trailing slot %q holds is %s (its first transaction committed at %s); "+
-		"use --from %s or later, or --from %s",
-		ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, at, at, e.Earliest)
+	return fmt.Sprintf("%v: --from %s: %s; trailing slot %q holds exactly the transactions whose commit record starts at or after LSN %s: "+
+		"give --from %s (or a later LSN) to replay from there; %s; keep a longer --replay-window for next time",
+		ErrRangeNotCovered, e.From, e.Reason, e.Slot, e.Earliest, e.Earliest, when)
 }
 
 func (e *RangeNotCoveredError) Unwrap() error { return ErrRangeNotCovered }
@@ -187,12 +186,26 @@ func (r ReplayResult) Events() int {
 	return n
 }
 
-// endTimeSlack: a replay bounded by a time ends at the first transaction
-// that committed more than this after the bound. Commit timestamps are
-// taken just before the commit record is written, so concurrent
-// transactions can appear in WAL order slightly out of time order; the
-// slack keeps them.
-const endTimeSlack = time.Second
+// Time bounds. A commit timestamp is taken before the commit record is
+// written, and nothing bounds the time between the two (a backend may be
+// descheduled in between), so WAL order is not commit-time order: no
+// transaction's time says that no later one (in WAL order) committed
+// earlier. So a replay bounded by --to TIME does not stop at a commit
+// time: it reads up to the end of the range in WAL (--to LSN, else the
+// server's position when the replay started) and keeps the transactions
+// whose commit time is in the range. What a time range guarantees:
+//
+//   - every transaction the trailing slot holds (commit record at or after
+//     its position) whose commit record starts before the server's
+//     position at the start of the replay and whose commit time is within
+//     [--from, --to] is replayed, and no other;
+//   - a transaction whose commit record lies before the trailing slot's
+//     position is not replayed even if its commit time is at or after
+//     --from. --from TIME is refused when it is before the first
+//     transaction the slot holds; at or after it, such a transaction is
+//     still possible when it took its timestamp after that first
+//     transaction did but wrote its commit record before it (usually
+//     microseconds apart, not bounded). --from LSN has no such gap.
 
 // Replay copies cfg.Slot into a temporary slot and produces every outbox
 // event of the transactions in cfg.Range to its usual topic (what rt
@@ -475,15 +488,12 @@ func (r *rangeReplay) progress() ReplayProgress {
 	return p
 }
 
-// pastEnd reports whether a transaction committing at commitLSN (and
-// commitTime, when known) lies beyond the end of the replay: the end of the
-// range, or the server's position when the replay started.
-func (r *rangeReplay) pastEnd(commitLSN pglogrepl.LSN, commitTime time.Time) bool {
-	if commitLSN > r.end || commitLSN >= r.current {
-		return true
-	}
-	to := r.cfg.Range.ToTime
-	return !to.IsZero() && !commitTime.IsZero() && commitTime.After(to.Add(endTimeSlack))
+// pastEnd reports whether a transaction committing at commitLSN lies
+// beyond the end of the replay: the end of the range in WAL (--to LSN), or
+// the server's position when the replay started. A commit time is no end:
+// a later transaction may have committed earlier (see Time bounds above).
+func (r *rangeReplay) pastEnd(commitLSN pglogrepl.LSN) bool {
+	return commitLSN > r.end || commitLSN >= r.current
 }
 
 func (r *rangeReplay) handleCopyData(data []byte) error {
@@ -527,7 +537,7 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		if err := r.checkStart(m); err != nil {
 			return err
 		}
-		if r.pastEnd(m.CommitLSN, m.CommitTime) {
+		if r.pastEnd(m.CommitLSN) {
 			r.done = true
 			return nil
 		}

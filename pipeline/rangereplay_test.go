@@ -77,39 +77,33 @@ func TestParseReplayBound(t *testing.T) {
 	}
 }
 
-// TestReplayEnd: the end of a replay is the range's upper LSN, the server's
-// position at start (exclusive: nothing committing there had committed
-// when the replay started), or a commit time past --to plus the slack.
+// TestReplayEnd: the end of a replay is the range's upper LSN or the
+// server's position at start (exclusive: nothing committing there had
+// committed when the replay started); never a commit time, which WAL
+// order does not follow.
 func TestReplayEnd(t *testing.T) {
 	to := time.Date(2026, 11, 30, 22, 0, 0, 0, time.UTC)
 	r := &rangeReplay{end: 200, current: 300, cfg: ReplayConfig{Range: Range{ToTime: to}}}
 	for _, tt := range []struct {
 		lsn  pglogrepl.LSN
-		at   time.Time
 		want bool
 	}{
-		{200, to, false},
-		{201, to, true},
-		{150, to.Add(endTimeSlack), false},
-		{150, to.Add(endTimeSlack + time.Microsecond), true},
+		{150, false},
+		{200, false},
+		{201, true},
 	} {
-		if got := r.pastEnd(tt.lsn, tt.at); got != tt.want {
-			t.Errorf("pastEnd(%s, %s) = %t, want %t", tt.lsn, tt.at, got, tt.want)
+		if got := r.pastEnd(tt.lsn); got != tt.want {
+			t.Errorf("pastEnd(%s) = %t, want %t", tt.lsn, got, tt.want)
 		}
 	}
 	r = &rangeReplay{end: 300, current: 300}
-	if !r.pastEnd(300, to) || r.pastEnd(299, to) {
+	if !r.pastEnd(300) || r.pastEnd(299) {
 		t.Error("a commit at the server's position at start must end the replay, one before it not")
 	}
 }
 
 // TestCheckStart: a range beginning before the trailing slot's position is
-// refused with the earliest LSN and, when a transaction was seen, its time,
-// as --from values that work.
-//
-// Regression (issue 15): the refusal of a --from TIME before a trailing
-// slot only seconds old advised a longer --replay-window, which cannot
-// help; it now says which --from works.
+// refused with the earliest LSN and, when a transaction was seen, its time.
 func TestCheckStart(t *testing.T) {
 	first := &decoder.Begin{CommitLSN: 120, CommitTime: time.Date(2026, 11, 30, 21, 0, 0, 0, time.UTC)}
 	for _, tt := range []struct {
@@ -119,11 +113,11 @@ func TestCheckStart(t *testing.T) {
 		wantErr string
 	}{
 		{name: "LSN at the slot", rg: Range{FromLSN: 100}, first: first},
-		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: `the earliest position trailing slot "walbox_replay" holds is 0/64 (its first transaction committed at 2026-11-30T21:00:00Z); use --from 2026-11-30T21:00:00Z or later, or --from 0/64`},
-		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "earliest replayable time is unknown: use --from 0/64 or a later LSN"},
+		{name: "LSN before the slot", rg: Range{FromLSN: 99}, first: first, wantErr: "at or after LSN 0/64: give --from 0/64 (or a later LSN) to replay from there; by time, the first of them committed at 2026-11-30T21:00:00Z"},
+		{name: "LSN before the slot, no transaction", rg: Range{FromLSN: 99}, wantErr: "give --from 0/64 (or a later LSN) to replay from there; it holds no transaction yet, so the earliest replayable time is unknown"},
 		{name: "time at the first transaction", rg: Range{FromTime: first.CommitTime}, first: first},
-		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "use --from 2026-11-30T21:00:00Z or later, or --from 0/64"},
-		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "use --from 0/64 or a later LSN"},
+		{name: "time before the first transaction", rg: Range{FromTime: first.CommitTime.Add(-time.Second)}, first: first, wantErr: "give --from 0/64 (or a later LSN) to replay from there; by time, the first of them committed at 2026-11-30T21:00:00Z"},
+		{name: "time, no transaction", rg: Range{FromTime: first.CommitTime}, wantErr: "give --from 0/64 (or a later LSN)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &rangeReplay{cfg: ReplayConfig{Slot: "walbox_replay", Range: tt.rg, From: "x"}, res: &ReplayResult{Start: 100}}

@@ -24,11 +24,13 @@ import (
 // finds it and keeps it (it is then simply older than the window).
 //
 // An existing slot of that name that is not a persistent pgoutput slot of
-// this database is ErrSlotMismatch: walbox does not touch it. An
+// this database, or that walbox did not make (slotctl.CheckTrailing: a
+// client decoded it, or it is ahead of the live slot), is ErrSlotMismatch:
+// walbox does not touch it. An
 // invalidated one is slotctl.ErrSlotLost: it is left for the operator to
 // drop (the error says so), and recreated once dropped.
 func EnsureSlot(ctx context.Context, conn slotctl.Querier, slot, replaySlot string) (info slotctl.SlotInfo, created bool, err error) {
-	info, err = inspectTrailing(ctx, conn, replaySlot)
+	info, err = inspectTrailing(ctx, conn, slot, replaySlot)
 	if err == nil || !errors.Is(err, slotctl.ErrSlotNotFound) {
 		return info, false, err
 	}
@@ -46,11 +48,11 @@ func EnsureSlot(ctx context.Context, conn slotctl.Querier, slot, replaySlot stri
 	default:
 		created = true
 	}
-	info, err = inspectTrailing(ctx, conn, replaySlot)
+	info, err = inspectTrailing(ctx, conn, slot, replaySlot)
 	return info, created, err
 }
 
-func inspectTrailing(ctx context.Context, conn slotctl.Querier, replaySlot string) (slotctl.SlotInfo, error) {
+func inspectTrailing(ctx context.Context, conn slotctl.Querier, slot, replaySlot string) (slotctl.SlotInfo, error) {
 	info, err := slotctl.Inspect(ctx, conn, replaySlot)
 	if err != nil {
 		return info, err
@@ -63,6 +65,9 @@ func inspectTrailing(ctx context.Context, conn slotctl.Querier, replaySlot strin
 		return info, fmt.Errorf("%w: slot %q exists but is a %s slot (plugin %q, database %q, temporary %t), not a persistent %s slot of database %q; "+
 			"give --replay-slot another name, or drop that slot if it is a leftover",
 			ErrSlotMismatch, replaySlot, info.SlotType, info.Plugin, info.Database, info.Temporary, slotctl.Plugin, db)
+	}
+	if err := slotctl.CheckTrailing(ctx, conn, slot, replaySlot); err != nil {
+		return info, fmt.Errorf("%w: %w", ErrSlotMismatch, err)
 	}
 	if info.WALStatus == "lost" || info.InvalidationReason != "" {
 		// Not dropped by walbox: the operator should learn that the
@@ -115,7 +120,8 @@ func Advance(ctx context.Context, conn slotctl.Querier, slot, replaySlot string,
 	var a Advanced
 	err := conn.QueryRow(ctx, advanceSQL, slot, replaySlot, target.String()).Scan(&before, &live, &a.WALStatus, &after)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Advanced{}, fmt.Errorf("advance trailing slot %q: it or the live slot %q does not exist (walbox creates the trailing slot on its next start)", replaySlot, slot)
+		return Advanced{}, fmt.Errorf("advance trailing slot %q: it or the live slot %q does not exist (a missing trailing slot is created again as a copy of the live slot on the next attempt, "+
+			"a few seconds from now, and its window starts again from there)", replaySlot, slot)
 	}
 	if err != nil {
 		return Advanced{}, fmt.Errorf("advance trailing slot %q to %s: %w", replaySlot, target, err)

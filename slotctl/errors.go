@@ -57,6 +57,11 @@ var (
 	// lost in a failover or dropped; events committed since its last
 	// position were not streamed. Nothing is created.
 	ErrSlotVanished = errors.New("slotctl: replication slot vanished")
+	// ErrNotTrailing: a slot named as walbox's trailing replay slot was
+	// not made by walbox (see CheckTrailing): it was decoded by a client,
+	// or it is ahead of the live slot. walbox does not adopt it, since
+	// advancing it would skip its consumer's events.
+	ErrNotTrailing = errors.New("slotctl: not walbox's trailing slot")
 
 	// ErrEmitMessagePublic: PUBLIC may execute pg_logical_emit_message, so
 	// with message routing on any database role can emit events. Apply

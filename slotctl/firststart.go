@@ -96,7 +96,7 @@ func firstStartPending(ctx context.Context, conn Querier, r resolved) error {
 func vanishedError(r resolved, comment string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "slot %q does not exist, but publication %q does", r.slot, r.publication)
-	if comment != "" && strings.HasPrefix(comment, "walbox: slot ") {
+	if strings.HasPrefix(comment, "walbox: slot ") && strings.Contains(comment, " pending") {
 		fmt.Fprintf(&b, " (marked %q: pending for another slot)", comment)
 	}
 	fmt.Fprintf(&b, ", and walbox creates a slot by itself only on a first start where it also creates the publication, "+
@@ -106,7 +106,8 @@ func vanishedError(r resolved, comment string) error {
 		"Otherwise the slot has vanished: probably lost in a primary failover (PostgreSQL before 17 does not carry logical slots over "+
 		"to a standby; on 17+ use --failover-slot with sync_replication_slots) or someone dropped it (`slotctl drop`, pg_drop_replication_slot), "+
 		"and outbox rows committed since the old slot's last confirmed position were NOT streamed. "+
-		"To recover: start walbox once with --create-slot (or run `slotctl create --slot %s`), "+
+		"To recover: start walbox once with --create-slot (or run `slotctl create --slot %s`), without a --snapshot left in the configuration "+
+		"from a polling-relay takeover (walbox never marks rows sent, so its --snapshot-where \"sent_at IS NULL\" would select every row still in the table), "+
 		"then re-publish the outbox rows committed since the last event your consumers received: they are still in %s "+
 		"for its retention period, and consumers deduplicate by event_id "+
 		"(for example, as the table's owner, in one statement: WITH moved AS (DELETE FROM %s WHERE created_at >= '<time of the last event received>' RETURNING *) "+

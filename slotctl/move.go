@@ -10,11 +10,16 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/decoder"
 )
 
 // ErrAdvanceBackwards: Advance was asked to move a slot to a position
-// before its confirmed_flush_lsn, which a slot cannot do (the WAL before it
-// may be gone, and the server silently ignores such a request).
+// before its confirmed_flush_lsn, which a slot cannot do: the WAL and
+// catalog rows before it may be gone, and the server refuses such a
+// request ("cannot advance replication slot to X, minimum is Y", SQLSTATE
+// 55000). Advance checks first, to say so with the slot's position and
+// what to do instead.
 var ErrAdvanceBackwards = errors.New("slotctl: cannot move a replication slot backwards")
 
 // ErrCannotCount: CountEvents could not count the events (another output
@@ -51,12 +56,44 @@ func CurrentWALLSN(ctx context.Context, conn Querier) (pglogrepl.LSN, error) {
 	return pglogrepl.ParseLSN(s)
 }
 
-// CountEvents counts the INSERTs the publication pub streams from the slot
-// named slot, in the transactions a consumer has not confirmed yet whose
-// commit record starts before upto (0: all of them, to the end of the WAL
-// written so far). That is what advancing the slot to upto skips, or what
-// dropping it (upto 0) discards; pub is walbox's publication, which covers
-// only the outbox table.
+// Events says which decoded changes are walbox's events, as walbox run
+// routes them: the inserts into the outbox tables that the publication
+// streams, and the transactional logical decoding messages with the
+// message prefix (--message-prefix). A plain value, safe to copy.
+type Events struct {
+	// Publication is the publication pgoutput decodes. Default "walbox".
+	Publication string
+	// Table is the outbox table or tables, as Config.Table: inserts into
+	// any other table of the publication are not events (walbox counts and
+	// logs them). Default "public.outbox".
+	Table string
+	// MessagePrefix, when set, makes the transactional messages written
+	// with pg_logical_emit_message(true, MessagePrefix, ...) events too.
+	// Messages of other prefixes (heartbeats among them) and
+	// non-transactional ones are not: walbox never routes those as events.
+	// Default "": no message is an event.
+	MessagePrefix string
+}
+
+// String says in words what the events are, for messages: "inserts into
+// public.outbox and messages with prefix \"outbox\"".
+func (e Events) String() string {
+	c := Config{Table: e.Table}.WithDefaults()
+	s := "inserts into " + c.Table
+	if tables, err := ParseTableList(c.Table); err == nil {
+		s = "inserts into " + tableList(tables, false)
+	}
+	if e.MessagePrefix != "" {
+		s += fmt.Sprintf(" and messages with prefix %q", e.MessagePrefix)
+	}
+	return s
+}
+
+// CountEvents counts the events (see Events) the slot named slot holds in
+// the transactions a consumer has not confirmed yet whose commit record
+// starts before upto (0: all of them, to the end of the WAL written so
+// far). That is what advancing the slot to upto skips, or what dropping it
+// (upto 0) discards.
 //
 // The slot is not consumed: CountEvents decodes a temporary copy of it
 // (pg_copy_logical_replication_slot(..., temporary => true)) with
@@ -65,12 +102,21 @@ func CurrentWALLSN(ctx context.Context, conn Querier) (pglogrepl.LSN, error) {
 // the count, the server drops the copy: nothing is left behind. Decoding
 // reads the WAL the slot retains, which takes time in proportion to it:
 // bound ctx. A failure wraps ErrCannotCount and says why.
-func CountEvents(ctx context.Context, conn Querier, slot, pub string, upto pglogrepl.LSN) (n int64, err error) {
+func CountEvents(ctx context.Context, conn Querier, slot string, ev Events, upto pglogrepl.LSN) (n int64, err error) {
 	if err := ValidateSlotName(slot); err != nil {
 		return 0, err
 	}
-	if err := validatePublication(pub); err != nil {
+	c := Config{Table: ev.Table, Publication: ev.Publication}.WithDefaults()
+	if err := validatePublication(c.Publication); err != nil {
 		return 0, err
+	}
+	tables, err := ParseTableList(c.Table)
+	if err != nil {
+		return 0, err
+	}
+	outbox := make(map[string]bool, len(tables))
+	for _, t := range tables {
+		outbox[t.String()] = true
 	}
 	s, err := Inspect(ctx, conn, slot)
 	if err != nil {
@@ -102,8 +148,14 @@ func CountEvents(ctx context.Context, conn Querier, slot, pub string, upto pglog
 	if upto != 0 {
 		uptoArg = upto.String()
 	}
-	rows, err := conn.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
-		'proto_version', '1', 'publication_names', $3)`, copyName, uptoArg, pgx.Identifier{pub}.Sanitize())
+	// pgoutput sends logical messages only when asked (PostgreSQL 14+,
+	// which walbox requires); walbox asks when it routes them.
+	messages := "false"
+	if ev.MessagePrefix != "" {
+		messages = "true"
+	}
+	rows, err := conn.Query(ctx, `SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, $2::pg_lsn, NULL,
+		'proto_version', '1', 'publication_names', $3, 'messages', $4)`, copyName, uptoArg, pgx.Identifier{c.Publication}.Sanitize(), messages)
 	if err != nil {
 		return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
 	}
@@ -113,28 +165,30 @@ func CountEvents(ctx context.Context, conn Querier, slot, pub string, upto pglog
 	// that one is not skipped (a slot resumes with the first transaction
 	// whose commit record starts at or after its confirmed position), so
 	// Begin's commit LSN decides.
+	dec := decoder.New()
 	counting := false
 	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
+		var (
+			lsnText string
+			data    []byte
+		)
+		if err := rows.Scan(&lsnText, &data); err != nil {
 			return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
 		}
-		if len(data) == 0 {
-			continue
+		lsn, _ := parseLSN(lsnText)
+		m, err := dec.Decode(lsn, data)
+		if err != nil {
+			return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
 		}
-		switch data[0] {
-		case 'B':
-			m, err := pglogrepl.Parse(data)
-			if err != nil {
-				return 0, fmt.Errorf("%w: decode slot %q: %w", ErrCannotCount, slot, err)
+		switch m := m.(type) {
+		case *decoder.Begin:
+			counting = upto == 0 || m.CommitLSN < upto
+		case *decoder.Insert:
+			if counting && outbox[m.Relation.QualifiedName()] {
+				n++
 			}
-			b, ok := m.(*pglogrepl.BeginMessage)
-			if !ok {
-				return 0, fmt.Errorf("%w: decode slot %q: unexpected message %T", ErrCannotCount, slot, m)
-			}
-			counting = upto == 0 || b.FinalLSN < upto
-		case 'I':
-			if counting {
+		case *decoder.Message:
+			if counting && m.Transactional && ev.MessagePrefix != "" && m.Prefix == ev.MessagePrefix {
 				n++
 			}
 		}

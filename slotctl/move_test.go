@@ -116,7 +116,7 @@ func TestCountEventsMatchesAdvance(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.exec(t, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", cp))
-			counted, err := slotctl.CountEvents(ctx, e.conn, cp, "walbox", to)
+			counted, err := slotctl.CountEvents(ctx, e.conn, cp, slotctl.Events{}, to)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +207,7 @@ func TestCountEventsConnectionDies(t *testing.T) {
 	insertTx(t, e, 2)
 	victim := e.connectAs(t, "postgres")
 	q := &killAfterCopy{Querier: victim, killer: e.conn, pid: victim.PgConn().PID()}
-	if _, err := slotctl.CountEvents(ctx, q, e.db, "walbox", 0); !errors.Is(err, slotctl.ErrCannotCount) {
+	if _, err := slotctl.CountEvents(ctx, q, e.db, slotctl.Events{}, 0); !errors.Is(err, slotctl.ErrCannotCount) {
 		t.Fatalf("CountEvents on a dying connection = %v, want ErrCannotCount", err)
 	}
 	if !q.killed {
@@ -232,7 +232,62 @@ func TestCountEventsConnectionDies(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The slot itself is untouched.
-	if n, err := slotctl.CountEvents(ctx, e.conn, e.db, "walbox", 0); err != nil || n != 2 {
+	if n, err := slotctl.CountEvents(ctx, e.conn, e.db, slotctl.Events{}, 0); err != nil || n != 2 {
 		t.Errorf("CountEvents() after the crash = %d, %v; want 2", n, err)
+	}
+}
+
+// TestCountEventsOnlyOutboxTables: an insert into another table of the
+// publication is not an event (walbox does not route it), and a message
+// is one only with the prefix and inside a transaction (issue 17, item 5).
+func TestCountEventsOnlyOutboxTables(t *testing.T) {
+	e := newEnv(t, nil, "001_outbox.sql", "002_publication.sql")
+	ctx := ctxT(t)
+	e.exec(t, "CREATE TABLE other (id int)", "ALTER PUBLICATION walbox ADD TABLE other")
+	if _, err := slotctl.CreateSlot(ctx, e.conn, e.db); err != nil {
+		t.Fatal(err)
+	}
+	insertTx(t, e, 2)
+	e.exec(t, "INSERT INTO other SELECT generate_series(1, 5)",
+		"SELECT pg_logical_emit_message(true, 'ob', 'a')",
+		"SELECT pg_logical_emit_message(false, 'ob', 'b')",
+		"SELECT pg_logical_emit_message(true, 'obx', 'c')")
+	for _, tt := range []struct {
+		ev   slotctl.Events
+		want int64
+	}{
+		{slotctl.Events{}, 2},
+		{slotctl.Events{MessagePrefix: "ob"}, 3},
+		{slotctl.Events{Table: "public.outbox,public.other"}, 7},
+	} {
+		if n, err := slotctl.CountEvents(ctx, e.conn, e.db, tt.ev, 0); err != nil || n != tt.want {
+			t.Errorf("CountEvents(%+v) = %d, %v; want %d", tt.ev, n, err, tt.want)
+		}
+	}
+}
+
+// TestServerRefusesBackwardAdvance: what ErrAdvanceBackwards' comment
+// says of the server (it used to say the server silently ignores a
+// backward advance; it refuses it with SQLSTATE 55000). Issue 17, item 9.
+func TestServerRefusesBackwardAdvance(t *testing.T) {
+	e := newEnv(t, nil, "001_outbox.sql", "002_publication.sql")
+	ctx := ctxT(t)
+	s, err := slotctl.CreateSlot(ctx, e.conn, e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertTx(t, e, 1)
+	end, err := slotctl.CurrentWALLSN(ctx, e.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, fmt.Sprintf("SELECT pg_replication_slot_advance('%s', '%s')", e.db, end))
+	_, err = e.conn.Exec(ctx, "SELECT pg_replication_slot_advance($1, $2::pg_lsn)", e.db, s.ConfirmedFlushLSN.String())
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55000" || !strings.Contains(pgErr.Message, "minimum is") {
+		t.Fatalf("backward pg_replication_slot_advance = %v, want SQLSTATE 55000 naming the minimum", err)
+	}
+	if _, err := slotctl.Advance(ctx, e.conn, e.db, s.ConfirmedFlushLSN); !errors.Is(err, slotctl.ErrAdvanceBackwards) {
+		t.Fatalf("Advance backwards = %v, want ErrAdvanceBackwards", err)
 	}
 }

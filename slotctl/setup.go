@@ -55,6 +55,10 @@ type SetupOptions struct {
 	// logs it as a warning instead (--message-prefix-allow-public).
 	CheckEmitMessage       bool
 	AllowPublicEmitMessage bool
+	// ReplaySlot is the trailing slot `walbox run` keeps (--replay-window),
+	// "" when it keeps none. Setup warns about every other trailing slot
+	// walbox made and no longer uses (see UnusedTrailing).
+	ReplaySlot string
 }
 
 // Setup connects to connString and runs Ensure with cfg, as `walbox run`
@@ -146,6 +150,14 @@ func setupOnce(ctx context.Context, connString string, cfg Config, opts SetupOpt
 	}
 	for _, r := range existing {
 		log.Warn(r.UnsentWarning(slot.Name), "slot", slot.Name, "table", r.Table.String(), "rows", r.Rows, "more_rows", r.More)
+	}
+	unused, err := UnusedTrailing(ctx, conn, cfg, opts.ReplaySlot)
+	if err != nil {
+		// Advice only: the slot is ready.
+		log.Warn("could not look for trailing replay slots walbox no longer uses", "err", err)
+	}
+	for _, u := range unused {
+		log.Warn(u.Warning(), "slot", u.Name, "trails", u.Trails, "retained_bytes", u.RetainedBytes)
 	}
 	log.Info("slot ready", "slot", slot.Name, "publication", cfg.Publication,
 		"server_version", info.VersionNum, "confirmed_lsn", slot.ConfirmedFlushLSN.String(),

@@ -95,14 +95,17 @@ func (r *reader) read(ctx context.Context, snapshotName string) (Stats, error) {
 	}
 	countSQL := "SELECT count(*) FROM " + r.table.Sanitize()
 	if r.cfg.Mode == ModePending {
-		countSQL += " WHERE (" + r.cfg.Where + ")"
+		countSQL += whereSQL(r.cfg.Where)
 	}
-	if err := tx.QueryRow(ctx, countSQL).Scan(&st.Total); err != nil {
+	// The operator's condition goes only through the extended protocol
+	// (ExecParams), which runs exactly one statement: a condition that
+	// closes the parenthesis and adds a statement is a server error.
+	if err := scanInt(ctx, tx, countSQL, &st.Total); err != nil {
 		return st, r.whereError(err)
 	}
 	r.log.Info("snapshot: reading outbox rows", "table", r.table.String(), "rows", st.Total,
 		"mode", string(r.cfg.Mode), "where", r.cfg.Where, "order", r.cfg.orderBy(), "lsn", r.consistentPoint.String())
-	if _, err := tx.Exec(ctx, "DECLARE walbox_snapshot NO SCROLL CURSOR FOR "+query); err != nil {
+	if _, err := tx.Conn().PgConn().ExecParams(ctx, "DECLARE walbox_snapshot NO SCROLL CURSOR FOR "+query, nil, nil, nil, nil).Close(); err != nil {
 		return st, r.whereError(err)
 	}
 

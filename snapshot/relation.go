@@ -63,7 +63,7 @@ func selectSQL(rel *decoder.Relation, table slotctl.TableName, cfg Config) (stri
 	}
 	sql := "SELECT " + columnsSQL(rel) + " FROM " + table.Sanitize()
 	if cfg.Mode == ModePending {
-		sql += " WHERE (" + cfg.Where + ")"
+		sql += whereSQL(cfg.Where)
 	}
 	return sql + " ORDER BY " + cfg.orderBy(), nil
 }

@@ -33,7 +33,7 @@ type RowSelect struct {
 func CountRows(ctx context.Context, tx pgx.Tx, sel RowSelect) (int64, error) {
 	sql := "SELECT count(*) FROM " + sel.Table.Sanitize()
 	if sel.Where != "" {
-		sql += " WHERE (" + sel.Where + ")"
+		sql += whereSQL(sel.Where)
 	}
 	rr := tx.Conn().PgConn().ExecParams(ctx, sql, textArgs(sel.Args), nil, nil, nil)
 	var n int64
@@ -118,7 +118,7 @@ func rowsSQL(rel *decoder.Relation, sel RowSelect) (string, error) {
 	}
 	sql := "SELECT " + columnsSQL(rel) + " FROM " + sel.Table.Sanitize()
 	if sel.Where != "" {
-		sql += " WHERE (" + sel.Where + ")"
+		sql += whereSQL(sel.Where)
 	}
 	return sql + " ORDER BY " + Config{Order: sel.Order}.orderBy(), nil
 }
@@ -162,4 +162,24 @@ func textArgs(args []string) [][]byte {
 		out[i] = []byte(a)
 	}
 	return out
+}
+
+// whereSQL is the WHERE clause of an operator's condition. The newline
+// ends a trailing "-- comment" of it, which would otherwise swallow the
+// closing parenthesis.
+func whereSQL(where string) string { return " WHERE (" + where + "\n)" }
+
+// scanInt runs sql, a query of one integer, with the extended protocol.
+func scanInt(ctx context.Context, tx pgx.Tx, sql string, n *int64) error {
+	rr := tx.Conn().PgConn().ExecParams(ctx, sql, nil, nil, nil, nil)
+	for rr.NextRow() {
+		v, err := strconv.ParseInt(string(rr.Values()[0]), 10, 64)
+		if err != nil {
+			rr.Close()
+			return err
+		}
+		*n = v
+	}
+	_, err := rr.Close()
+	return err
 }

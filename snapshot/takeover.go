@@ -96,7 +96,7 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 	// One takeover per slot at a time: a second walbox waits here, and then
 	// finds the slot made and the marker gone (or takes over a dead one's).
 	// The lock goes with the session, so a killed process does not keep it.
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('walbox snapshot ' || $1))`, scfg.Slot); err != nil {
+	if _, err := conn.Exec(ctx, lockSQL, scfg.Slot); err != nil {
 		return res, fmt.Errorf("snapshot: take the advisory lock of slot %q: %w", scfg.Slot, err)
 	}
 
@@ -112,8 +112,10 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 		// operator: nothing to take over.
 		s, err := slotctl.EnsureSlot(ctx, conn, scfg)
 		if err == nil {
-			log.Info("snapshot: not taking a snapshot: the slot exists and no snapshot of it is pending "+
-				"(a snapshot is taken only when walbox creates the slot, and never twice)",
+			log.Warn("snapshot: not taking a snapshot: the slot exists and no snapshot of it is pending "+
+				"(a snapshot is taken only when walbox creates the slot); remove --snapshot and --snapshot-where from the configuration: "+
+				"left there, a start that creates the slot again (--create-slot after it vanished) would take the snapshot again, "+
+				"and a polling relay's \"sent_at IS NULL\" selects every row walbox sent (walbox never marks rows sent)",
 				"slot", s.Name, "publication", scfg.Publication, "confirmed_lsn", s.ConfirmedFlushLSN.String())
 		}
 		res.Slot = s
@@ -133,6 +135,9 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 		return res, err
 	}
 
+	if f := parseFinished(comment, scfg.Slot); f.present && f.selection == selection(opts.Snapshot) {
+		return res, repeatedError(scfg.Publication, scfg.Slot, f)
+	}
 	if err := setComment(ctx, conn, scfg.Publication, SnapshotMarker(scfg.Slot)); err != nil {
 		return res, err
 	}
@@ -165,7 +170,7 @@ func Takeover(ctx context.Context, opts Options) (Result, error) {
 	}
 	// Every snapshot record is acknowledged: only now is the snapshot
 	// finished. A crash before this line takes it again on the next start.
-	if err := setComment(ctx, conn, scfg.Publication, ""); err != nil {
+	if err := setComment(ctx, conn, scfg.Publication, FinishedMarker(scfg.Slot, created.lsn, opts.Snapshot)); err != nil {
 		return res, err
 	}
 	res.Taken = true
@@ -189,11 +194,21 @@ func dropUnfinished(ctx context.Context, conn *pgx.Conn, scfg slotctl.Config, sl
 	busyTimeout time.Duration, log *slog.Logger,
 ) error {
 	if mk.from != 0 && slot.ConfirmedFlushLSN != mk.from {
-		return fmt.Errorf("%w: publication %q says the snapshot of slot %q created at %s did not finish, but the slot was confirmed to %s since: "+
-			"something streamed from it without the snapshot (a walbox without --snapshot, another tool), so taking the snapshot again "+
-			"could no longer keep each aggregate's order. Check who uses slot %q. To keep streaming from it and give the snapshot up, "+
+		// Which of the two it was, the server's statistics tell: a slot
+		// streamed from was decoded; a slot created again (or moved with
+		// pg_replication_slot_advance) was not.
+		what := "it was not decoded since it was created, so it was dropped and created again (a new slot starts at a later position) " +
+			"or moved with pg_replication_slot_advance (`slotctl advance`): events committed since the snapshot's consistent point may be missing from it"
+		if n, err := slotctl.DecodedTransactions(ctx, conn, scfg.Slot); err == nil && n > 0 {
+			what = fmt.Sprintf("something streamed from it without the snapshot (pg_stat_replication_slots counts %d decoded transaction(s): "+
+				"a walbox without --snapshot, another tool)", n)
+		} else if err != nil {
+			what = "something streamed from it without the snapshot, or it was dropped and created again, or advanced"
+		}
+		return fmt.Errorf("%w: publication %q says the snapshot of slot %q created at %s did not finish, but the slot is confirmed up to %s: "+
+			"%s, so taking the snapshot again could no longer keep each aggregate's order. Check who uses slot %q. To keep streaming from it and give the snapshot up, "+
 			"as the publication's owner run COMMENT ON PUBLICATION %s IS NULL; to start the takeover over, drop the slot (`slotctl drop --slot %s`) and start again",
-			ErrSnapshotPending, scfg.Publication, scfg.Slot, mk.from, slot.ConfirmedFlushLSN, scfg.Slot,
+			ErrSnapshotPending, scfg.Publication, scfg.Slot, mk.from, slot.ConfirmedFlushLSN, what, scfg.Slot,
 			pgx.Identifier{scfg.Publication}.Sanitize(), scfg.Slot)
 	}
 	if busyTimeout <= 0 {

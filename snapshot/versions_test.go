@@ -52,8 +52,8 @@ func TestTakeoverFailoverSlot(t *testing.T) {
 		if !res.Taken || res.Stats.Produced != 20 || !res.Slot.Failover {
 			t.Fatalf("takeover %+v, want a snapshot of 20 rows on a failover slot", res)
 		}
-		if got := e.comment(); got != "" {
-			t.Fatalf("publication comment %q after the snapshot finished, want none", got)
+		if got := e.comment(); !strings.HasPrefix(got, "walbox: slot walbox snapshot finished at ") {
+			t.Fatalf("publication comment %q after the snapshot finished, want the finished marker", got)
 		}
 	})
 }

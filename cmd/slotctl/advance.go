@@ -14,8 +14,9 @@ const advanceHelp = `Usage: slotctl advance --to LSN [--yes] [--json] [--config 
 Moves the slot's confirmed position forward to LSN (pg_replication_slot_advance):
 every outbox event of a transaction whose commit starts before LSN is then
 never streamed from this slot. Before asking, it says how much WAL that skips
-and how many outbox events (it counts the inserts the publication streams in
-between by decoding a temporary copy of the slot, which the server drops even
+and how many outbox events (it counts what walbox routes in between: the
+inserts into the outbox tables and, with --message-prefix, the transactional
+messages of that prefix, by decoding a temporary copy of the slot, which the server drops even
 if slotctl dies; "could not count" if that fails). The server does not move a
 slot past its current WAL position: asked for more, slotctl stops at the
 WAL end it saw, so what it skips is exactly what it counted.
@@ -58,7 +59,7 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&o.To, "to", "", "")
 	fs.BoolVar(&o.Yes, "yes", false, "")
 	fs.BoolVar(&o.JSON, "json", false, "")
-	if err := o.load(o.command("advance", fs, connOptions), args, e, advanceHelp); err != nil {
+	if err := o.load(o.command("advance", fs, connOptions, countOptions), args, e, advanceHelp); err != nil {
 		return err
 	}
 	if o.To == "" {
@@ -102,12 +103,12 @@ func runAdvance(ctx context.Context, args []string, e env) error {
 	}
 	res.SkippedWAL = bytesIEC(res.SkippedWALBytes)
 	events := ""
-	if n, err := o.countEvents(ctx, slot.Name, cfg.Publication, target); err != nil {
+	if n, err := o.countEvents(ctx, slot.Name, target); err != nil {
 		res.CountError = countFailure(err)
 		events = "; could not count the outbox events it skips (" + res.CountError + ")"
 	} else {
 		res.SkippedEvents = &n
-		events = fmt.Sprintf(" and %d outbox event(s) (inserts publication %s streams)", n, cfg.Publication)
+		events = fmt.Sprintf(" and %d outbox event(s) (%s)", n, o.events())
 	}
 	fmt.Fprintf(e.stderr, "Advancing slot %q from %s to %s skips %s of WAL%s; what it skips will not be streamed from this slot.\n",
 		slot.Name, slot.ConfirmedFlushLSN, to, bytesIEC(res.SkippedWALBytes), events)

@@ -32,6 +32,9 @@ type env struct {
 var (
 	// connOptions name the database and the objects: every command.
 	connOptions = []string{"pg-dsn", "table", "slot", "publication"}
+	// countOptions add what says which changes are events, for the
+	// commands that count them (drop, advance).
+	countOptions = []string{"message-prefix"}
 	// createConfigOptions add what create uses: the slot kind, and the routing
 	// whose columns it checks against the table.
 	createConfigOptions = []string{

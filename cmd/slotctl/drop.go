@@ -10,17 +10,24 @@ import (
 	"github.com/walbox/walbox/slotctl"
 )
 
-const dropHelp = `Usage: slotctl drop [--publication-too] [--yes] [--config FILE] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--timeout D]
+const dropHelp = `Usage: slotctl drop [--publication-too] [--replay-slot-too] [--yes] [--config FILE] [--pg-dsn DSN] [--slot NAME] [--publication NAME] [--replay-slot NAME] [--timeout D]
 
 Drops the replication slot, and with --publication-too the publication.
 Dropping the slot discards its position: outbox rows committed after its
 confirmed_flush_lsn that walbox has not published yet are not sent by a new
 slot; publish them again from the outbox table. Before asking, it warns how
-many such events there are (counted on a temporary copy of the slot; "could
-not count" if that fails) and how much WAL the slot holds. Refuses (exit 3)
+many such events there are (what walbox routes: inserts into the outbox
+tables and, with --message-prefix, that prefix's transactional messages;
+counted on a temporary copy of the slot; "could not count" if that fails) and how much WAL the slot holds. Refuses (exit 3)
 while a process streams from the slot.
 
   --publication-too   also drop the publication (after the slot)
+  --replay-slot-too   also drop the slot's trailing replay slot (--replay-slot,
+                      default <slot>_replay), after the slot. Without it,
+                      drop names the trailing slot it leaves behind: once the
+                      live slot is gone nothing advances it, and it holds WAL
+                      until dropped. A slot of that name walbox did not make
+                      (see slotctl list) is not dropped.
   --yes               do not ask; required when stdin is not a terminal
 
 On a terminal, asks you to type the slot's name (the publication's when only
@@ -32,6 +39,7 @@ error only when nothing at all exists to drop.
 type dropOptions struct {
 	commonOptions
 	PublicationToo bool
+	ReplaySlotToo  bool
 	Yes            bool
 }
 
@@ -39,8 +47,9 @@ func runDrop(ctx context.Context, args []string, e env) error {
 	var o dropOptions
 	fs := flag.NewFlagSet("drop", flag.ContinueOnError)
 	fs.BoolVar(&o.PublicationToo, "publication-too", false, "")
+	fs.BoolVar(&o.ReplaySlotToo, "replay-slot-too", false, "")
 	fs.BoolVar(&o.Yes, "yes", false, "")
-	if err := o.load(o.command("drop", fs, connOptions), args, e, dropHelp); err != nil {
+	if err := o.load(o.command("drop", fs, connOptions, countOptions, []string{"replay-slot"}), args, e, dropHelp); err != nil {
 		return err
 	}
 	cfg := o.slotConfig(false)
@@ -82,6 +91,12 @@ func runDrop(ctx context.Context, args []string, e env) error {
 			return err
 		}
 	}
+	var trailing *slotctl.SlotInfo
+	if slotFound {
+		if trailing, err = o.trailingToDrop(lookCtx, e, conn, slot); err != nil {
+			return err
+		}
+	}
 	if !slotFound && !pubFound {
 		return fmt.Errorf("nothing to drop: %s in this database", strings.Join(missing, ", and "))
 	}
@@ -89,7 +104,7 @@ func runDrop(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stderr, "slotctl drop: %s; skipping it\n", m)
 	}
 	if slotFound {
-		warnUnconfirmed(ctx, e, &o.commonOptions, slot, cfg.Publication)
+		warnUnconfirmed(ctx, e, &o.commonOptions, slot)
 	}
 
 	if !o.Yes {
@@ -102,6 +117,10 @@ func runDrop(ctx context.Context, args []string, e env) error {
 				slot.Name, slot.Database, slot.ConfirmedFlushLSN, bytesIEC(slot.RetainedBytes))
 			fmt.Fprintf(&b, "    Outbox rows committed after %s and not yet published will not be sent by a new slot.\n",
 				slot.ConfirmedFlushLSN)
+		}
+		if trailing != nil {
+			fmt.Fprintf(&b, "  - its trailing replay slot %q, holding %s of WAL: events in its window can no longer be replayed\n",
+				trailing.Name, bytesIEC(trailing.RetainedBytes))
 		}
 		if pubFound {
 			fmt.Fprintf(&b, "  - publication %q\n", cfg.Publication)
@@ -120,6 +139,12 @@ func runDrop(ctx context.Context, args []string, e env) error {
 		}
 		fmt.Fprintf(e.stdout, "dropped slot %s\n", slot.Name)
 	}
+	if trailing != nil {
+		if err := slotctl.DropSlot(dropCtx, conn, trailing.Name); err != nil {
+			return fmt.Errorf("slot %s was dropped, but not its trailing slot: %w", slot.Name, err)
+		}
+		fmt.Fprintf(e.stdout, "dropped slot %s\n", trailing.Name)
+	}
 	if pubFound {
 		if err := slotctl.DropPublication(dropCtx, conn, cfg.Publication); err != nil {
 			return err
@@ -130,16 +155,58 @@ func runDrop(ctx context.Context, args []string, e env) error {
 }
 
 // warnUnconfirmed says on stderr how many events dropping slot discards
-// (the inserts its publication streams after its confirmed position,
-// counted on a temporary copy) and how much WAL it holds.
-func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.SlotInfo, pub string) {
+// (what walbox routes after its confirmed position, counted on a
+// temporary copy) and how much WAL it holds.
+func warnUnconfirmed(ctx context.Context, e env, o *commonOptions, slot slotctl.SlotInfo) {
 	wal := fmt.Sprintf("%s (%d bytes) of WAL", bytesIEC(slot.RetainedBytes), slot.RetainedBytes)
-	n, err := o.countEvents(ctx, slot.Name, pub, 0)
+	n, err := o.countEvents(ctx, slot.Name, 0)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %s; could not count its unconfirmed outbox events (%s); dropping it discards them\n",
 			slot.Name, wal, countFailure(err))
 		return
 	}
-	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s (inserts publication %s streams) and %s; dropping it discards them\n",
-		slot.Name, n, slot.ConfirmedFlushLSN, pub, wal)
+	fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q holds %d unconfirmed outbox event(s) after %s (%s) and %s; dropping it discards them\n",
+		slot.Name, n, slot.ConfirmedFlushLSN, o.events(), wal)
+}
+
+// trailingToDrop looks for the trailing replay slot of the live slot
+// about to be dropped. Without --replay-slot-too it says on stderr that
+// the drop leaves it behind, holding WAL, and returns nil; with it, it
+// returns the slot to drop, unless it is active or not walbox's (said on
+// stderr, nil).
+func (o *dropOptions) trailingToDrop(ctx context.Context, e env, conn slotctl.Querier, live slotctl.SlotInfo) (*slotctl.SlotInfo, error) {
+	name := o.cfg.ReplaySlotName()
+	if name == live.Name {
+		return nil, nil
+	}
+	tr, err := slotctl.Inspect(ctx, conn, name)
+	switch {
+	case errors.Is(err, slotctl.ErrSlotNotFound):
+		if o.ReplaySlotToo {
+			fmt.Fprintf(e.stderr, "slotctl drop: slot %q has no trailing replay slot %q; skipping it\n", live.Name, name)
+		}
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if err := slotctl.CheckTrailing(ctx, conn, live.Name, name); err != nil {
+		if !errors.Is(err, slotctl.ErrNotTrailing) {
+			return nil, err
+		}
+		if o.ReplaySlotToo {
+			fmt.Fprintf(e.stderr, "slotctl drop: not dropping slot %q: %s\n", name, strings.TrimPrefix(err.Error(), "slotctl: "))
+		}
+		return nil, nil
+	}
+	if !o.ReplaySlotToo {
+		fmt.Fprintf(e.stderr, "slotctl drop: warning: slot %q has the trailing replay slot %q (holding %s of WAL); once %q is gone nothing advances it "+
+			"and it holds WAL until dropped: drop it too with --replay-slot-too, or later with `slotctl drop --slot %s`\n",
+			live.Name, name, bytesIEC(tr.RetainedBytes), live.Name, name)
+		return nil, nil
+	}
+	if tr.Active {
+		return nil, fmt.Errorf("%w: trailing slot %q is streaming to server process %d; stop that process first, "+
+			"or drop %q without --replay-slot-too; nothing was dropped", slotctl.ErrSlotActive, name, tr.ActivePID, live.Name)
+	}
+	return &tr, nil
 }

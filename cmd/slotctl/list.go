@@ -22,7 +22,13 @@ and safe_wal_size (how much more WAL may be written before the slot risks
 losing WAL it needs; "-" when max_slot_wal_keep_size is unlimited). walbox's
 slots are marked: the slot named by --slot ("live") and its trailing replay
 slot ("replay": --replay-slot, default "<slot>_replay"), with the publication
-they stream (--publication) and its tables. Changes nothing.
+they stream (--publication) and its tables. A pgoutput slot named
+"<name>_replay" whose slot <name> no longer exists is marked "orphan": a
+trailing slot left behind by a rollback to the polling relay, a cutover to
+a new slot or a --slot rename. Nothing advances it, so it holds WAL until
+you drop it (slotctl drop --slot NAME). A trailing slot walbox cannot have
+made (a client decoded it, or it is ahead of the live slot) is said so:
+walbox run refuses to keep it. Changes nothing.
 
   --json   print JSON: {"slots": [{...}, ...]}
 `
@@ -46,8 +52,14 @@ type listedSlotJSON struct {
 	ApplicationName string `json:"application_name"`
 	// SafeWALSize is null when max_slot_wal_keep_size is -1 (no limit).
 	SafeWALSize *int64 `json:"safe_wal_size"`
-	// Walbox is "live" or "replay" for walbox's slots, "" otherwise.
-	Walbox      string           `json:"walbox"`
+	// Walbox is "live" or "replay" for walbox's slots, "orphan" for a
+	// trailing slot whose live slot is gone, "" otherwise.
+	Walbox string `json:"walbox"`
+	// Trails is the live slot a "replay" or "orphan" slot trails.
+	Trails string `json:"trails,omitempty"`
+	// NotTrailing says why a "replay" or "orphan" slot is not one walbox
+	// made.
+	NotTrailing string           `json:"not_trailing,omitempty"`
 	Publication *publicationJSON `json:"publication"`
 }
 
@@ -78,7 +90,7 @@ func runList(ctx context.Context, args []string, e env) error {
 			slotJSON:      *newSlotJSON(s.SlotInfo),
 			RetainedHuman: bytesIEC(s.RetainedBytes),
 			ClientAddr:    s.ClientAddr, ApplicationName: s.ApplicationName,
-			SafeWALSize: s.SafeWALSize, Walbox: s.Role,
+			SafeWALSize: s.SafeWALSize, Walbox: s.Role, Trails: s.Trails, NotTrailing: s.NotTrailing,
 		}
 		if s.Publication != nil {
 			l.Publication = newPublicationJSON(*s.Publication)
@@ -117,6 +129,14 @@ func (r listReport) writeText(w io.Writer, cfg slotctl.Config) {
 	tw.Flush()
 	for _, s := range r.Slots {
 		if s.Walbox == "" {
+			continue
+		}
+		if s.NotTrailing != "" {
+			fmt.Fprintf(w, "slot %s is named as a trailing slot of %s but is not one walbox made: %s\n", s.Name, s.Trails, s.NotTrailing)
+		}
+		if s.Walbox == slotctl.RoleOrphan {
+			fmt.Fprintf(w, "orphaned trailing slot %s: its live slot %s no longer exists, so nothing advances it and it holds %s of WAL until dropped; "+
+				"if you no longer need to replay from it: slotctl drop --slot %s\n", s.Name, s.Trails, s.RetainedHuman, s.Name)
 			continue
 		}
 		what := "walbox's slot"

@@ -24,7 +24,7 @@ Usage:
                   check the server, create the publication and the slot if missing
   slotctl inspect [--slot NAME] [--publication NAME] [--json]
                   show the slot, the publication and any problem found
-  slotctl drop    [--slot NAME] [--publication-too] [--yes]
+  slotctl drop    [--slot NAME] [--publication-too] [--replay-slot-too] [--yes]
                   drop the slot (and with --publication-too the publication)
   slotctl list    [--json]
                   list every logical slot of the database
@@ -72,6 +72,9 @@ inspect:
 
 drop:
   --publication-too    also drop the publication
+  --replay-slot-too    also drop the slot's trailing replay slot (--replay-slot,
+                       default <slot>_replay); without it, drop warns that the
+                       trailing slot it leaves behind holds WAL until dropped
   --yes                do not ask for confirmation; required when stdin is not a terminal
   Drops the slot, which discards its position: outbox rows committed after its
   confirmed_flush_lsn and not yet published are not sent by a new slot (publish
@@ -87,7 +90,9 @@ list:
   Prints every logical slot of the database: plugin, active pid and client
   address, confirmed and restart LSN, retained WAL, wal_status,
   safe_wal_size; for walbox's slots (--slot, and the trailing replay slot
-  <slot>_replay) the publication and its tables. Changes nothing.
+  <slot>_replay) the publication and its tables. A pgoutput slot
+  "<name>_replay" whose slot <name> is gone is marked orphan: nothing
+  advances it, so it holds WAL until dropped. Changes nothing.
 
 advance:
   --to LSN             the new position, e.g. 16/B374D848 (required)

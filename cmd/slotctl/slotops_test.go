@@ -289,7 +289,7 @@ func testSlotOperations(t *testing.T, srv *pgtest.Server) {
 			want(t, exitRefused, nil, []string{"in use", fmt.Sprintf("server process %d", busyPID), "nothing was dropped"})
 		// On a terminal the warning comes before the question.
 		r := invocation{env: in.env, tty: true, stdin: "no\n"}.run(t, "drop")
-		r.want(t, exitError, nil, []string{fmt.Sprintf("holds %d unconfirmed outbox event(s) after %s (inserts publication walbox streams) and ", after, target), "of WAL"})
+		r.want(t, exitError, nil, []string{fmt.Sprintf("holds %d unconfirmed outbox event(s) after %s (inserts into public.outbox) and ", after, target), "of WAL"})
 		if w, q := strings.Index(r.stderr, "unconfirmed"), strings.Index(r.stderr, "Type "); w < 0 || q < w {
 			t.Errorf("warning does not come before the confirmation:\n%s", r.stderr)
 		}

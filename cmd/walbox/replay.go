@@ -35,6 +35,14 @@ if the command is killed.
                     2026-11-30T22:00:00Z compared with the commit time
   --to LSN|TIME     last commit to replay (inclusive); default and upper
                     limit: the server's WAL position when the replay starts
+
+LSNs are exact. Times are compared with commit times, which do not follow
+WAL order (a commit timestamp is taken before the commit record is written),
+so a TIME --to reads on to the server's position at start, and a TIME range
+replays exactly the transactions the trailing slot holds whose commit time
+is in it; a transaction whose commit record precedes the trailing slot's
+position is never replayed, even if its commit time is after --from. Give
+LSNs for an exact range (refusals name the LSN to use).
   --topic TEMPLATE  send every record to this topic template (placeholders
                     as for walbox run's --topic; a --column-topic is then
                     ignored) instead of its usual topic

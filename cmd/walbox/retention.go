@@ -24,3 +24,12 @@ func newKeeper(cfg config.Config, relay *pipeline.Relay, reg prometheus.Register
 	return retention.New(retention.Config{Slot: cfg.Slot, ReplaySlot: cfg.ReplaySlot, Window: cfg.ReplayWindow, Publication: cfg.Publication},
 		cc, relay.Confirmed, reg, log)
 }
+
+// replaySlotInUse is the trailing slot walbox run keeps, "" when
+// --replay-window is 0: setup warns about the others it made.
+func replaySlotInUse(cfg config.Config) string {
+	if cfg.ReplayWindow <= 0 {
+		return ""
+	}
+	return cfg.ReplaySlotName()
+}

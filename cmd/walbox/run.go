@@ -211,6 +211,7 @@ func setupSlotWith(ctx context.Context, cfg config.Config, cols slotctl.ColumnCh
 		},
 		CheckEmitMessage:       cfg.MessagePrefix != "",
 		AllowPublicEmitMessage: cfg.MessagePrefixAllowPublic,
+		ReplaySlot:             replaySlotInUse(cfg),
 	})
 	return slot, err
 }

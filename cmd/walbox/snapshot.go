@@ -25,18 +25,21 @@ func setupSlotOrTakeover(ctx context.Context, cfg config.Config, rt *router.Rout
 	scfg := cfg.SnapshotConfig()
 	if scfg.Mode == snapshot.ModeNone {
 		// Checked first, so that a missing slot under an unfinished
-		// snapshot is explained as such, not as a vanished slot.
+		// snapshot is explained as such, not as a vanished slot; and under
+		// the takeover's lock, held until the slot is ready, so that a
+		// takeover beginning meanwhile in another walbox is either seen
+		// (its marker) or waits for this start to have the slot.
 		pub, slot := cfg.SlotctlConfig().WithDefaults().Publication, cfg.SlotctlConfig().WithDefaults().Slot
+		var release func()
 		err := retryPostgres(ctx, cfg, log, func() error {
-			pending, err := snapshot.Pending(ctx, cfg.PGDSN, pub, slot)
-			if err == nil && pending {
-				return snapshot.PendingError(pub, slot)
-			}
+			var err error
+			release, err = snapshot.LockNotPending(ctx, cfg.PGDSN, pub, slot, log)
 			return err
 		})
 		if err != nil {
 			return slotctl.SlotInfo{}, err
 		}
+		defer release()
 		return setupSlot(ctx, cfg, rt, log)
 	}
 	return takeover(ctx, cfg, scfg, rt, producer, log)
