@@ -175,11 +175,15 @@ type commit struct {
 
 // commits returns the transactions of the trailing slot's stream, from
 // pgoutput's Commit messages (byte 'C' = 67: flags, commit LSN, end LSN,
-// commit time in microseconds since 2000-01-01).
+// commit time in microseconds since 2000-01-01). It reads a temporary copy,
+// as walbox does: a slot decoded directly is no longer taken for walbox's.
 func (e env) commits(t *testing.T) []commit {
 	t.Helper()
+	copyName := e.tr + "_peek"
+	e.exec(t, `SELECT pg_copy_logical_replication_slot('`+e.tr+`', '`+copyName+`', true)`)
+	defer e.exec(t, `SELECT pg_drop_replication_slot('`+copyName+`')`)
 	rows, err := e.conn.Query(ctxT(t), `SELECT substr(data, 11, 8), substr(data, 19, 8) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
-		'proto_version', '1', 'publication_names', $2, 'messages', 'true') WHERE get_byte(data, 0) = 67`, e.tr, e.live)
+		'proto_version', '1', 'publication_names', $2, 'messages', 'true') WHERE get_byte(data, 0) = 67`, copyName, e.live)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,4 +202,64 @@ func (e env) commits(t *testing.T) []commit {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestRecoveryScanLeavesTheSlotWalboxs: the recovery scan after a restart
+// reads the trailing slot's stream, yet the next start must still take the
+// slot for walbox's own. walbox recognises its trailing slot by its never
+// having been decoded to a client (pg_stat_replication_slots), so the scan
+// must decode a temporary copy, never the slot itself.
+//
+// Regression: the scan peeked the trailing slot directly; the slot's
+// statistics then counted decoded transactions, and the next start refused
+// it as another consumer's slot.
+func TestRecoveryScanLeavesTheSlotWalboxs(t *testing.T) {
+	e := newEnv(t)
+	if e.serverMajor(t) < 15 {
+		t.Skip("pg_stat_force_next_flush needs PostgreSQL 15")
+	}
+	e.exec(t, `CREATE PUBLICATION `+e.live+` FOR TABLE w`)
+	if _, _, err := retention.EnsureSlot(ctxT(t), e.conn, e.live, e.tr); err != nil {
+		t.Fatal(err)
+	}
+	e.write(t)
+	last := e.write(t)
+	e.confirmLive(t, last)
+	const w = time.Hour
+	now := time.Now().Add(2 * w) // everything committed more than a window ago
+	k := newKeeperOn(t, e, retention.Config{Slot: e.live, ReplaySlot: e.tr, Window: w, Publication: e.live, Now: func() time.Time { return now }},
+		func() pglogrepl.LSN { return last })
+	conn := keeperConn(t, e)
+	if err := k.StepOn(ctxT(t), conn); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.confirmed(t, e.tr); got < last {
+		t.Fatalf("the recovery scan left the trailing slot at %s, want it past the last transaction (%s): the test did not exercise the scan", got, last)
+	}
+	// Make the keeper session's decoding statistics visible now rather
+	// than within a second.
+	for _, q := range []string{`SELECT pg_stat_force_next_flush()`, `SELECT 1`} {
+		if _, err := conn.Exec(ctxT(t), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var decoded int64
+	if err := e.conn.QueryRow(ctxT(t), `SELECT COALESCE((SELECT total_txns FROM pg_stat_replication_slots WHERE slot_name = $1), 0)`, e.tr).Scan(&decoded); err != nil {
+		t.Fatal(err)
+	}
+	if decoded != 0 {
+		t.Errorf("pg_stat_replication_slots counts %d decoded transactions for the trailing slot after the scan, want 0", decoded)
+	}
+	if _, _, err := retention.EnsureSlot(ctxT(t), e.conn, e.live, e.tr); err != nil {
+		t.Errorf("the next start refuses the trailing slot the scan read: %v", err)
+	}
+}
+
+func (e env) serverMajor(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := e.conn.QueryRow(ctxT(t), `SELECT current_setting('server_version_num')::int / 10000`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

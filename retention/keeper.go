@@ -220,7 +220,7 @@ func (k *Keeper) ensure(ctx context.Context, conn *pgx.Conn) error {
 // inspect reads the trailing slot as EnsureSlot does (an invalidated one
 // is slotctl.ErrSlotLost with the fix), and updates its wal_status gauge.
 func (k *Keeper) inspect(ctx context.Context, conn slotctl.Querier) (slotctl.SlotInfo, error) {
-	info, err := inspectTrailing(ctx, conn, k.cfg.ReplaySlot)
+	info, err := inspectTrailing(ctx, conn, "", k.cfg.ReplaySlot)
 	if !errors.Is(err, slotctl.ErrSlotNotFound) {
 		k.setWALStatus(info.WALStatus)
 	}

@@ -2,13 +2,16 @@ package retention
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walbox/walbox/slotctl"
 )
@@ -71,11 +74,15 @@ func (s scanned) target(cut, now time.Time) (target pglogrepl.LSN, since time.Ti
 	}
 }
 
-// scanSQL peeks the trailing slot's ($2) stream from its position up to
+// scanSQL peeks the stream of $6, a temporary copy of the trailing slot
+// ($2), from its position up to
 // LEAST(its position + $3 bytes, the live slot's ($1) confirmed position),
 // stopping after the transaction that reaches $5 changes, and returns that
 // bound, the number of changes, and the Commit messages only (byte 'C' =
-// 67), so that the rows' data stays on the server. Peeking moves nothing.
+// 67), so that the rows' data stays on the server. Peeking moves nothing,
+// but it counts as decoding in pg_stat_replication_slots, by which walbox
+// recognises its own trailing slot (never decoded; slotctl.CheckTrailing):
+// hence the copy.
 // The server decodes from the slot's restart_lsn, as every
 // pg_replication_slot_advance does too.
 const scanSQL = `
@@ -84,7 +91,7 @@ WITH pos AS (
   FROM pg_replication_slots live, pg_replication_slots tr
   WHERE live.slot_name = $1 AND tr.slot_name = $2),
 ch AS MATERIALIZED (
-  SELECT p.lsn, p.data FROM pos, pg_logical_slot_peek_binary_changes($2, pos.upto, $5,
+  SELECT p.lsn, p.data FROM pos, pg_logical_slot_peek_binary_changes($6, pos.upto, $5,
     'proto_version', '1', 'publication_names', $4, 'messages', 'true') p)
 SELECT pos.upto::text, pos.live::text, (SELECT count(*) FROM ch), c.data
 FROM pos LEFT JOIN (SELECT lsn, data FROM ch WHERE get_byte(data, 0) = 67) c ON true
@@ -107,9 +114,31 @@ func parseCommit(data []byte) (commitAt, error) {
 	return commitAt{end: end, at: pgEpoch.Add(time.Duration(us) * time.Microsecond)}, nil
 }
 
-// scan runs scanSQL.
-func scan(ctx context.Context, conn slotctl.Querier, slot, replaySlot, publication string, budget int64, changes int) (scanned, error) {
-	rows, err := conn.Query(ctx, scanSQL, slot, replaySlot, budget, publication, changes)
+// scan runs scanSQL on a temporary copy of the trailing slot, which it
+// drops afterwards (the server drops it with the session anyway, so a
+// crash leaves nothing behind). conn must be one session, not a pool.
+func scan(ctx context.Context, conn slotctl.Querier, slot, replaySlot, publication string, budget int64, changes int) (s scanned, err error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return scanned{}, fmt.Errorf("name a temporary copy of the trailing slot: %w", err)
+	}
+	copyName := "walbox_scan_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, replaySlot, copyName); err != nil {
+		if isUndefinedObject(err) {
+			return scanned{}, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, errSlotsGone(slot, replaySlot))
+		}
+		return scanned{}, fmt.Errorf("copy the trailing slot %q to read its stream: %w", replaySlot, err)
+	}
+	defer func() {
+		if _, derr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, copyName); derr != nil && err == nil {
+			err = fmt.Errorf("drop the temporary copy %q of the trailing slot (it goes when this session ends): %w", copyName, derr)
+		}
+	}()
+	return scanCopy(ctx, conn, slot, replaySlot, copyName, publication, budget, changes)
+}
+
+func scanCopy(ctx context.Context, conn slotctl.Querier, slot, replaySlot, copyName, publication string, budget int64, changes int) (scanned, error) {
+	rows, err := conn.Query(ctx, scanSQL, slot, replaySlot, budget, publication, changes, copyName)
 	if err != nil {
 		return scanned{}, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, err)
 	}
@@ -171,4 +200,11 @@ func (p pgSlots) scan(ctx context.Context, budget int64, changes int) (scanned, 
 		return scanned{}, errors.New("no publication to read the trailing slot's stream with")
 	}
 	return scan(ctx, p.conn, p.slot, p.replaySlot, p.publication, budget, changes)
+}
+
+// isUndefinedObject reports SQLSTATE 42704, which the server returns for a
+// slot that does not exist.
+func isUndefinedObject(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
 }

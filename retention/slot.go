@@ -52,6 +52,11 @@ func EnsureSlot(ctx context.Context, conn slotctl.Querier, slot, replaySlot stri
 	return info, created, err
 }
 
+// inspectTrailing reads the trailing slot replaySlot and refuses one that
+// is not a persistent pgoutput slot of this database, or an invalidated
+// one. With slot (the live slot) set it also refuses a slot walbox did not
+// make (slotctl.CheckTrailing): a start's check; the keeper's steps, which
+// only read wal_status, pass "".
 func inspectTrailing(ctx context.Context, conn slotctl.Querier, slot, replaySlot string) (slotctl.SlotInfo, error) {
 	info, err := slotctl.Inspect(ctx, conn, replaySlot)
 	if err != nil {
@@ -66,8 +71,10 @@ func inspectTrailing(ctx context.Context, conn slotctl.Querier, slot, replaySlot
 			"give --replay-slot another name, or drop that slot if it is a leftover",
 			ErrSlotMismatch, replaySlot, info.SlotType, info.Plugin, info.Database, info.Temporary, slotctl.Plugin, db)
 	}
-	if err := slotctl.CheckTrailing(ctx, conn, slot, replaySlot); err != nil {
-		return info, fmt.Errorf("%w: %w", ErrSlotMismatch, err)
+	if slot != "" {
+		if err := slotctl.CheckTrailing(ctx, conn, slot, replaySlot); err != nil {
+			return info, fmt.Errorf("%w: %w", ErrSlotMismatch, err)
+		}
 	}
 	if info.WALStatus == "lost" || info.InvalidationReason != "" {
 		// Not dropped by walbox: the operator should learn that the
