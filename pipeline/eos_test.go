@@ -569,3 +569,37 @@ func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
 		t.Fatalf("read_committed saw %q, want a1 a2 b1", got)
 	}
 }
+
+// TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction: a
+// non-transactional outbox message is dead-lettered as a unit of its own
+// whose position is the end of its WAL record, which can be exactly the
+// commit LSN of the next transaction (seen on real Postgres: both
+// 0/15055C0). Its Kafka transaction commits; the instance dies before the
+// next transaction is committed. The restart must produce that transaction:
+// it used to be skipped, as its commit LSN was "<=" the stored position.
+func TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq", MessagePrefix: "outbox"}
+	first := newEOSLoop(t, c, cfg, 1)
+	first.wal(t, pgMessage(false, 0x1000, "outbox", "not an event"))
+	if err := first.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(first.eos.m.committed); n != 1 {
+		t.Fatalf("committed %v kafka transactions for the dead-lettered message, want 1", n)
+	}
+	// The transaction whose commit record starts where the message's
+	// record ends; its Kafka transaction never commits (the instance dies).
+	second := newEOSLoop(t, c, cfg, 1)
+	if err := second.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	second.finish(t)
+	if n := testutil.ToFloat64(second.eos.m.skipped); n != 0 {
+		t.Fatalf("skipped %v transactions, want 0: the stored position is the message's, not the transaction's", n)
+	}
+	got := readCommitted(t, c, eosTopic)
+	if strings.Join(got, " ") != "a1" {
+		t.Fatalf("read_committed saw %v on %s, want a1", got, eosTopic)
+	}
+}

@@ -322,7 +322,7 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		l.metrics.transactions.Inc()
 		l.metrics.receivedLSN.Set(float64(m.EndLSN))
 		if l.eos != nil {
-			l.eosUnitDone(m.CommitLSN, m.EndLSN)
+			l.eosUnitDone(replayKey{commit: m.CommitLSN}, m.EndLSN)
 		}
 	}
 	return nil
@@ -333,7 +333,7 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 // come again, so a transaction past them ends the replay and later changes
 // cost one comparison.
 func (l *loop) replayed(key replayKey) bool {
-	if l.eosSkips(key.commit) {
+	if l.eosSkips(key) {
 		return true
 	}
 	if key.commit <= l.replayUntil {
@@ -469,7 +469,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	l.dedup.remember(key)
 	l.produce(rec, im)
 	if standalone && l.eos != nil {
-		l.eosUnitDone(m.LSN, m.LSN)
+		l.eosUnitDone(key, m.LSN)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ import (
 // producer id, which fences a predecessor with the same transactional id
 // and completes or aborts the transaction it left, then reads the last
 // position committed under the id (read_committed) and skips every Postgres
-// transaction that committed at or before it: the slot's confirmed position
+// transaction that ends at or before it (unitCovered): the slot's confirmed position
 // may lag behind what Kafka committed (a crash between commit and confirm),
 // and what was committed must not be produced twice.
 //
@@ -95,9 +95,10 @@ type eosState struct {
 	// abort threw away, so nothing past safe is confirmed until a new
 	// session resets the tracker.
 	dirty bool
-	// skipUntil is the commit LSN the state topic holds: Postgres
-	// transactions that committed at or before it are in Kafka already.
-	skipUntil pglogrepl.LSN
+	// skipEnd is the end LSN of the last unit the state topic shows
+	// committed: every unit that ends at or before it is in Kafka already
+	// (unitCovered).
+	skipEnd pglogrepl.LSN
 	// skipped counts the Postgres transactions skipped this session.
 	skipped int
 	// ensured is set once the state topic is known to exist.
@@ -177,11 +178,12 @@ func (e *eosState) addDivert(k replayKey, err error) {
 	e.divertMu.Unlock()
 }
 
-// forgetDiverted drops the diverted keys a commit covered.
-func (e *eosState) forgetDiverted(upTo pglogrepl.LSN) {
+// forgetDiverted drops the diverted keys of the units a commit covered, the
+// commit's position ending at end.
+func (e *eosState) forgetDiverted(end pglogrepl.LSN) {
 	e.divertMu.Lock()
 	for k := range e.divert {
-		if k.commit <= upTo {
+		if unitCovered(k, end) {
 			delete(e.divert, k)
 		}
 	}
@@ -227,10 +229,30 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 	}
 }
 
-// eosSkips reports whether a change of the Postgres transaction that
-// committed at commit is in Kafka already.
-func (l *loop) eosSkips(commit pglogrepl.LSN) bool {
-	return l.eos != nil && commit <= l.eos.skipUntil
+// unitCovered reports whether the unit of key (a Postgres transaction, or a
+// dead-lettered non-transactional message when key.ord is
+// nonTransactional) ends at or before end, the end LSN of a committed
+// position.
+//
+// Units are ordered by where they end, never by their commit LSNs, which can
+// collide: a non-transactional message's unit is at the end of its WAL
+// record, which is where the next record starts, and that can be the next
+// transaction's commit record (seen on real Postgres: both 0/15055C0). Ends
+// cannot collide: every unit ends at the end of a WAL record of its own. A
+// transaction's end is not known before its Commit message, but no record
+// ends inside its commit record, so it ends at or before end exactly when
+// its commit LSN is below end; a message's unit ends at its LSN.
+func unitCovered(key replayKey, end pglogrepl.LSN) bool {
+	if key.ord == nonTransactional {
+		return key.commit <= end
+	}
+	return key.commit < end
+}
+
+// eosSkips reports whether the unit of key (a change's transaction, or a
+// non-transactional message) is in Kafka already.
+func (l *loop) eosSkips(key replayKey) bool {
+	return l.eos != nil && unitCovered(key, l.eos.skipEnd)
 }
 
 // eosStartSession runs before a session streams: it aborts a transaction a
@@ -263,7 +285,7 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
-	e.skipUntil = pos.CommitLSN
+	e.skipEnd = pos.EndLSN
 	e.skipped = 0
 	e.dirty = false
 	if pos.CommitLSN != 0 {
@@ -377,16 +399,19 @@ func (l *loop) eosProduce(rec *kgo.Record) bool {
 // eosUnitDone runs when a Postgres transaction (or a dead-lettered
 // non-transactional message) is complete: it is now covered by the open
 // Kafka transaction, which is committed when a bound is reached.
-func (l *loop) eosUnitDone(commit, end pglogrepl.LSN) {
+// key names the unit (replayKey{commit: lsn, ord: nonTransactional} for a
+// message), end is where it ends.
+func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
 	e := l.eos
-	if commit <= e.skipUntil {
+	commit := key.commit
+	if unitCovered(key, e.skipEnd) {
 		e.skipped++
 		e.m.skipped.Inc()
 		if e.skipped == 1 {
 			l.log.Info("exactly-once: skipping transactions the state topic shows committed in Kafka",
-				"transactional_id", e.txnID, "commit_lsn", commit.String(), "committed_up_to", e.skipUntil.String())
+				"transactional_id", e.txnID, "commit_lsn", commit.String(), "committed_up_to", e.skipEnd.String())
 		}
-		if commit == e.skipUntil {
+		if end == e.skipEnd {
 			l.log.Info("exactly-once: skipped every transaction committed in Kafka before this session",
 				"transactional_id", e.txnID, "skipped", e.skipped, "commit_lsn", commit.String())
 		}
@@ -520,7 +545,7 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	e.m.commitTime.Observe(time.Since(c.start).Seconds())
 	e.m.records.Observe(float64(c.records))
 	e.m.stateLSN.Set(float64(c.covered.CommitLSN))
-	e.forgetDiverted(c.covered.CommitLSN)
+	e.forgetDiverted(c.covered.EndLSN)
 	// Everything before the end of the last Postgres transaction it covers
 	// is in Kafka now, or was never routed.
 	e.safe = max(e.safe, c.covered.EndLSN)
