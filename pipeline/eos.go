@@ -103,10 +103,13 @@ type TxnProducer interface {
 var _ TxnProducer = (*kgo.Client)(nil)
 
 // StatePosition is what one committed Kafka transaction covers: the commit
-// LSN and end LSN of the last Postgres transaction in it.
+// LSN and end LSN of the last Postgres transaction in it, and the database
+// history they belong to (History.Known is false in records written by a
+// walbox that did not record it).
 type StatePosition struct {
 	CommitLSN pglogrepl.LSN
 	EndLSN    pglogrepl.LSN
+	History   History
 }
 
 // StateStore reads the state topic. Implementations must be safe for
@@ -123,17 +126,24 @@ type StateStore interface {
 	Last(ctx context.Context, key string) (StatePosition, error)
 }
 
-// stateValue is the JSON value of a state record.
+// stateValue is the JSON value of a state record. SystemID, Timeline and
+// Database are absent from records of walboxes before they were recorded;
+// such records are still read (resumeFrom).
 type stateValue struct {
 	Slot      string `json:"slot"`
 	CommitLSN string `json:"commit_lsn"`
 	EndLSN    string `json:"end_lsn"`
 	// Records is the number of outbox records in the transaction.
-	Records int `json:"records"`
+	Records  int    `json:"records"`
+	SystemID string `json:"system_id,omitempty"`
+	Timeline int32  `json:"timeline,omitempty"`
+	Database string `json:"database,omitempty"`
 }
 
-func encodeState(slot string, p StatePosition, records int) []byte {
-	b, _ := json.Marshal(stateValue{Slot: slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records})
+func encodeState(p StatePosition, records int) []byte {
+	h := p.History
+	b, _ := json.Marshal(stateValue{Slot: h.Slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records,
+		SystemID: h.SystemID, Timeline: h.Timeline, Database: h.Database})
 	return b
 }
 
@@ -150,7 +160,8 @@ func decodeState(b []byte) (StatePosition, error) {
 	if err != nil {
 		return StatePosition{}, fmt.Errorf("end_lsn: %w", err)
 	}
-	return StatePosition{CommitLSN: c, EndLSN: e}, nil
+	return StatePosition{CommitLSN: c, EndLSN: e,
+		History: History{SystemID: v.SystemID, Timeline: v.Timeline, Database: v.Database, Slot: v.Slot}}, nil
 }
 
 // KafkaState is the StateStore walbox runs with: a compacted topic with one
@@ -286,7 +297,7 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 }
 
 // stateRecord is the record that states, inside a Kafka transaction, the
-// position it covers.
-func stateRecord(topic, key, slot string, p StatePosition, records int) *kgo.Record {
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: encodeState(slot, p, records)}
+// position it covers and its history.
+func stateRecord(topic, key string, p StatePosition, records int) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: encodeState(p, records)}
 }

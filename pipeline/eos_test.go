@@ -70,11 +70,18 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 	}
 	r.tracker = checkpoint.New(start)
 	r.eos.safe = start
+	r.eos.server = testServer
 	el := &eosLoop{relay: r, cl: cl, reg: reg, log: lb}
 	if err := el.newSession(t); err != nil {
 		t.Fatal(err)
 	}
 	return el
+}
+
+// testServer is the history the unit tests' relays stream from.
+var testServer = serverHistory{
+	History: History{SystemID: "7000000000000000001", Timeline: 1, Database: "postgres", Slot: "walbox"},
+	WALEnd:  0xFFFFFFFF,
 }
 
 // newSession starts a session as session() does: tracker reset to what
@@ -227,7 +234,7 @@ func TestEOSBatchesWholePostgresTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pos != (StatePosition{CommitLSN: 0x4000, EndLSN: 0x4010}) {
+	if pos != (StatePosition{CommitLSN: 0x4000, EndLSN: 0x4010, History: testServer.History}) {
 		t.Fatalf("state position %+v, want commit 0/4000 end 0/4010", pos)
 	}
 	hist := testutil.CollectAndCount(el.reg, "walbox_kafka_transaction_records")
@@ -520,12 +527,12 @@ func TestKafkaStateLastReadsBackwards(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	txn(true, stateRecord("walbox.state", "a", "s", StatePosition{CommitLSN: 0x10, EndLSN: 0x18}, 1))
+	txn(true, stateRecord("walbox.state", "a", StatePosition{CommitLSN: 0x10, EndLSN: 0x18, History: History{Slot: "s"}}, 1))
 	for i := range 1500 { // more than the first window, of another key
-		txn(true, stateRecord("walbox.state", "b", "s", StatePosition{CommitLSN: pglogrepl.LSN(0x100 + i), EndLSN: pglogrepl.LSN(0x108 + i)}, 1))
+		txn(true, stateRecord("walbox.state", "b", StatePosition{CommitLSN: pglogrepl.LSN(0x100 + i), EndLSN: pglogrepl.LSN(0x108 + i), History: History{Slot: "s"}}, 1))
 	}
-	txn(false, stateRecord("walbox.state", "b", "s", StatePosition{CommitLSN: 0x9000, EndLSN: 0x9008}, 1))
-	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{CommitLSN: 0x10, EndLSN: 0x18}) {
+	txn(false, stateRecord("walbox.state", "b", StatePosition{CommitLSN: 0x9000, EndLSN: 0x9008, History: History{Slot: "s"}}, 1))
+	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{CommitLSN: 0x10, EndLSN: 0x18, History: History{Slot: "s"}}) {
 		t.Fatalf("Last(a) = %+v, %v; want 0/10 0/18 from far back", pos, err)
 	}
 	if pos, err := st.Last(ctx, "b"); err != nil || pos.CommitLSN != 0x100+1499 {

@@ -44,6 +44,13 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.tracker = checkpoint.New(r.eos.safe)
 	}
 	start := r.tracker.Rewind()
+	if r.eos != nil {
+		// What the committed position is checked against, and recorded
+		// with (history.go).
+		if r.eos.server, err = identifyServer(ctx, conn, r.cfg.Slot); err != nil {
+			return false, err
+		}
+	}
 	args := []string{
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",

@@ -99,6 +99,9 @@ type eosState struct {
 	// committed: every unit that ends at or before it is in Kafka already
 	// (unitCovered).
 	skipEnd pglogrepl.LSN
+	// server is the history of the server this session streams from;
+	// positions are committed with it and checked against it.
+	server serverHistory
 	// skipped counts the Postgres transactions skipped this session.
 	skipped int
 	// ensured is set once the state topic is known to exist.
@@ -285,7 +288,19 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
-	e.skipEnd = pos.EndLSN
+	skipEnd, warning, err := resumeFrom(pos, e.server)
+	if err != nil {
+		var hm *HistoryMismatchError
+		if errors.As(err, &hm) {
+			hm.TransactionalID, hm.StateTopic = e.txnID, e.state.Topic()
+		}
+		return err
+	}
+	if warning != "" {
+		r.log.Warn(warning, "transactional_id", e.txnID, "state_topic", e.state.Topic(),
+			"state_history", pos.History.String(), "server_history", e.server.History.String())
+	}
+	e.skipEnd = skipEnd
 	e.skipped = 0
 	e.dirty = false
 	if pos.CommitLSN != 0 {
@@ -480,7 +495,8 @@ func (l *loop) eosTick(ctx context.Context) error {
 func (l *loop) eosStartCommit(ctx context.Context) {
 	e := l.eos
 	c := &pendingCommit{done: make(chan error, 1), covered: e.covered, records: e.records, start: time.Now()}
-	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, l.cfg.Slot, c.covered, c.records), l.eosStatePromise)
+	c.covered.History = e.server.History
+	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, c.covered, c.records), l.eosStatePromise)
 	e.committing = c
 	e.open, e.begun, e.full = false, false, false
 	e.records, e.covered = 0, StatePosition{}

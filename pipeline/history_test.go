@@ -1,0 +1,138 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestParseTimelineHistory(t *testing.T) {
+	got, err := parseTimelineHistory([]byte("1\t0/3000158\tno recovery target specified\n\n# comment\n2\t0/5000060\tat restore point \"x\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1] != 0x3000158 || got[2] != 0x5000060 {
+		t.Fatalf("parsed %v", got)
+	}
+	if _, err := parseTimelineHistory([]byte("1\tnot-an-lsn\n")); err == nil {
+		t.Fatal("a bad LSN parsed")
+	}
+}
+
+func TestResumeFrom(t *testing.T) {
+	srv := serverHistory{
+		History:  History{SystemID: "71", Timeline: 3, Database: "app", Slot: "walbox"},
+		WALEnd:   0x9000,
+		Switches: map[int32]pglogrepl.LSN{1: 0x2000, 2: 0x5000},
+	}
+	at := func(end pglogrepl.LSN, h History) StatePosition {
+		return StatePosition{CommitLSN: end - 0x10, EndLSN: end, History: h}
+	}
+	same := srv.History
+	with := func(f func(*History)) History { h := same; f(&h); return h }
+	for _, tt := range []struct {
+		name     string
+		pos      StatePosition
+		wantSkip pglogrepl.LSN
+		wantWarn string
+		wantErr  string
+	}{
+		{name: "no position", pos: StatePosition{}},
+		{name: "same history", pos: at(0x8000, same), wantSkip: 0x8000},
+		{name: "same timeline beyond the WAL (an older backup restored)", pos: at(0x9100, same), wantErr: "beyond the server's WAL on the same timeline"},
+		{name: "another cluster", pos: at(0x100, with(func(h *History) { h.SystemID = "72" })), wantErr: "system identifiers differ"},
+		{name: "another database", pos: at(0x100, with(func(h *History) { h.Database = "other" })), wantErr: `database "other"`},
+		{name: "another slot", pos: at(0x100, with(func(h *History) { h.Slot = "other" })), wantErr: `slot "other"`},
+		{name: "a later timeline", pos: at(0x100, with(func(h *History) { h.Timeline = 4 })), wantErr: "later timeline"},
+		{name: "a timeline that is not an ancestor", pos: at(0x100, with(func(h *History) { h.Timeline = 0 })), wantErr: "not an ancestor"},
+		{name: "ancestor timeline before its switch point", pos: at(0x4000, with(func(h *History) { h.Timeline = 2 })), wantSkip: 0x4000},
+		{name: "ancestor timeline at its switch point", pos: at(0x5000, with(func(h *History) { h.Timeline = 2 })), wantSkip: 0x5000},
+		// The old timeline went on past the switch point: those LSNs are
+		// the new timeline's transactions, which must be produced.
+		{name: "ancestor timeline beyond its switch point", pos: at(0x6000, with(func(h *History) { h.Timeline = 2 })), wantSkip: 0x5000, wantWarn: "beyond where the server switched"},
+		{name: "grandparent timeline beyond its switch point", pos: at(0x4000, with(func(h *History) { h.Timeline = 1 })), wantSkip: 0x2000, wantWarn: "beyond where the server switched"},
+		{name: "an older walbox's record", pos: at(0x8000, History{Slot: "walbox"}), wantSkip: 0x8000, wantWarn: "older walbox"},
+		{name: "an older walbox's record beyond the WAL", pos: at(0x9100, History{Slot: "walbox"}), wantErr: "beyond the server's WAL"},
+		{name: "an older walbox's record of another slot", pos: at(0x100, History{Slot: "other"}), wantErr: `slot "other"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			skip, warn, err := resumeFrom(tt.pos, srv)
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrHistoryMismatch) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want ErrHistoryMismatch with %q", err, tt.wantErr)
+				}
+				for _, w := range []string{tt.pos.History.String(), srv.History.String(), "--transactional-id"} {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("the error does not name %q: %v", w, err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if skip != tt.wantSkip {
+				t.Errorf("skip up to %s, want %s", skip, tt.wantSkip)
+			}
+			if (tt.wantWarn == "") != (warn == "") || !strings.Contains(warn, tt.wantWarn) {
+				t.Errorf("warning %q, want one with %q", warn, tt.wantWarn)
+			}
+		})
+	}
+}
+
+// TestEOSReadsAnOlderWalboxsStateOnce: a record written before walbox
+// recorded the history (its JSON has only the slot and the LSNs) is still
+// trusted, with a warning; the next commit records the history.
+func TestEOSReadsAnOlderWalboxsStateOnce(t *testing.T) {
+	c := eosCluster(t)
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(TransactionalIDFor("walbox")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact := "compact"
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, "walbox.state"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	old := `{"slot":"walbox","commit_lsn":"0/1000","end_lsn":"0/1010","records":1}`
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "walbox.state", Key: []byte(TransactionalIDFor("walbox")), Value: []byte(old)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}, 1)
+	if !strings.Contains(el.log.String(), "written by an older walbox") {
+		t.Fatalf("no warning about the old record:\n%s", el.log.String())
+	}
+	for _, tx := range []struct {
+		commit pglogrepl.LSN
+		row    string
+	}{{0x1000, "a1"}, {0x2000, "b1"}} {
+		if err := el.txn(t, tx.commit, tx.row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "b1" {
+		t.Fatalf("read_committed saw %q, want b1 (a1 is before the old record's position)", got)
+	}
+	pos, err := el.eos.state.Last(ctx, TransactionalIDFor("walbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos.History != testServer.History {
+		t.Fatalf("the next commit recorded history %+v, want %+v", pos.History, testServer.History)
+	}
+}
