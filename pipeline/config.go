@@ -113,6 +113,16 @@ type Config struct {
 	// ("walbox.state"); State reads it (a KafkaState on this topic).
 	StateTopic string
 	State      StateStore
+	// NewTxnProducer, when set, builds a new transactional client (with
+	// the same transactional id) for every exactly-once session after the
+	// first: franz-go loads a client's producer id once, and a session that
+	// regains the slot from a peer must load it again, which fences the
+	// peer and aborts the transaction it left open. The relay closes the
+	// client it replaces (a Close method), the producer given to New
+	// included; the caller closes the last one. Nil keeps New's producer
+	// for every session, whose cached epoch fails "fenced" once a peer
+	// took the transactional id over.
+	NewTxnProducer func() (TxnProducer, error)
 	// OutboxUpdates is what an UPDATE of an outbox table does: "" (walbox's
 	// own mode) ignores it, as walbox routes inserts only; "warn" and
 	// "error" skip it with a log line at that level, and "fatal" stops the

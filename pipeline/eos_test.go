@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
+	cfg.NewTxnProducer = func() (TxnProducer, error) { return NewKafkaClient(kc, log, nil) }
 	cfg.State = NewKafkaState(KafkaConfig{Brokers: c.ListenAddrs()}, "walbox.state")
 	rt, err := router.New(router.Config{DeadLetterTopic: cfg.DeadLetterTopic, InvalidRows: invalidRows(cfg)})
 	if err != nil {
@@ -72,6 +73,8 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 	r.eos.safe = start
 	r.eos.server = testServer
 	el := &eosLoop{relay: r, cl: cl, reg: reg, log: lb}
+	// The relay closes the clients it replaces; the last is the caller's.
+	t.Cleanup(func() { el.relay.eos.txp.(*kgo.Client).Close() })
 	if err := el.newSession(t); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,9 @@ func (el *eosLoop) newSession(t *testing.T) error {
 	r.tracker = checkpoint.New(r.eos.safe)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.eosStartSession(ctx); err != nil {
+	err := r.eosStartSession(ctx)
+	el.cl = r.eos.txp.(*kgo.Client)
+	if err != nil {
 		return err
 	}
 	l := &loop{Relay: r, produceCtx: context.Background(), lastReceive: time.Now(),
@@ -361,9 +366,13 @@ func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := td[eosTopic].ID
+	// Disarmed after the retry: a new session's fresh client sends b1 in
+	// a request of its own, which must not be refused.
+	var armed atomic.Bool
+	armed.Store(true)
 	refuse := func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.ProduceRequest)
-		if len(req.Topics) != 1 || (req.Topics[0].Topic != eosTopic && req.Topics[0].TopicID != id) {
+		if !armed.Load() || len(req.Topics) != 1 || (req.Topics[0].Topic != eosTopic && req.Topics[0].TopicID != id) {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -387,6 +396,7 @@ func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
 	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
+	armed.Store(false)
 	if err := el.txn(t, 0x2000, "b1"); err != nil {
 		t.Fatalf("after the retry: %v", err)
 	}
@@ -608,5 +618,67 @@ func TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction(t *testing.T) {
 	got := readCommitted(t, c, eosTopic)
 	if strings.Join(got, " ") != "a1" {
 		t.Fatalf("read_committed saw %v on %s, want a1", got, eosTopic)
+	}
+}
+
+// TestEOSRegainedSlotLoadsAFreshProducerID: in standby mode the slot goes
+// from A to B and back. B's producer id load fenced A; when A streams
+// again its next session must load the producer id afresh, which fences B
+// and aborts the transaction B left open. It used to keep the cached epoch:
+// A's first commit failed "fenced" and B's open transaction blocked
+// read_committed consumers until the transaction timeout.
+func TestEOSRegainedSlotLoadsAFreshProducerID(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
+	a := newEOSLoop(t, c, cfg, 1)
+	if err := a.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	// B takes the slot over, commits one transaction and dies with the
+	// next one open (its record is in the log, uncommitted).
+	b := newEOSLoop(t, c, cfg, 0x1010)
+	if err := b.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	b.wal(t, pgBegin(0x3000, 0x3000))
+	b.wal(t, pgInsert(outboxRel, "id-x1", "a", `{"n":"x1"}`))
+	if err := b.cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A regains the slot: the server sends from A's confirmed position.
+	if err := a.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range []struct {
+		commit pglogrepl.LSN
+		row    string
+	}{{0x2000, "b1"}, {0x3000, "c1"}} {
+		if err := a.txn(t, tx.commit, tx.row); err != nil {
+			t.Fatalf("A after regaining the slot, transaction %s: %v", tx.commit, err)
+		}
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 b1 c1" {
+		t.Fatalf("read_committed saw %q, want a1 b1 c1 (B's open transaction aborted)", got)
+	}
+}
+
+// TestEOSFencedErrorIsNotDoubled: the promise of the state record and the
+// failed commit both see the fence; the error used to carry the advice
+// twice, one FencedError wrapped in another.
+func TestEOSFencedErrorIsNotDoubled(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour}
+	first := newEOSLoop(t, c, cfg, 1)
+	if err := first.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	_ = newEOSLoop(t, c, cfg, 1) // fences the first
+	first.eos.full = true
+	err := first.tick(t)
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("commit of the fenced instance: %v, want ErrFenced", err)
+	}
+	if n := strings.Count(err.Error(), ErrFenced.Error()); n != 1 {
+		t.Fatalf("the error names %q %d times, want once: %v", ErrFenced, n, err)
 	}
 }

@@ -102,6 +102,10 @@ type eosState struct {
 	// server is the history of the server this session streams from;
 	// positions are committed with it and checked against it.
 	server serverHistory
+	// sessions counts the sessions started; replaced is set once the
+	// client of the previous one was closed (eosFreshProducer).
+	sessions int
+	replaced bool
 	// skipped counts the Postgres transactions skipped this session.
 	skipped int
 	// ensured is set once the state topic is known to exist.
@@ -263,6 +267,9 @@ func (l *loop) eosSkips(key replayKey) bool {
 // reads the committed position.
 func (r *Relay) eosStartSession(ctx context.Context) error {
 	e := r.eos
+	if err := r.eosFreshProducer(ctx); err != nil {
+		return err
+	}
 	if e.begun || e.open {
 		if err := r.eosAbortTxn(ctx); err != nil {
 			return err
@@ -312,6 +319,35 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	return nil
 }
 
+// eosFreshProducer gives every session after the first a new transactional
+// client (Config.NewTxnProducer), so that the session loads the producer id
+// afresh: after a peer held the slot (standby), the cached epoch is stale.
+// The transaction the old client left open needs no abort request: loading
+// the id with the new client aborts whatever is open under it.
+func (r *Relay) eosFreshProducer(ctx context.Context) error {
+	e := r.eos
+	e.sessions++
+	if e.sessions == 1 || r.cfg.NewTxnProducer == nil {
+		return nil
+	}
+	if !e.replaced {
+		e.begun = false
+		if err := r.eosAbortTxn(ctx); err != nil { // only drops the queue now
+			return err
+		}
+		if c, ok := e.txp.(interface{ Close() }); ok {
+			c.Close()
+		}
+		e.replaced = true
+	}
+	txp, err := r.cfg.NewTxnProducer()
+	if err != nil {
+		return &txnAbortedError{fmt.Errorf("create a new transactional kafka client for %q: %w", e.txnID, err)}
+	}
+	e.txp, r.producer, e.replaced = txp, txp, false
+	return nil
+}
+
 // stateReadTimeout bounds creating and reading the state topic at the start
 // of a session.
 const stateReadTimeout = time.Minute
@@ -320,7 +356,14 @@ const stateReadTimeout = time.Minute
 // Safe for concurrent use.
 func (r *Relay) eosFenced(err error) error {
 	r.eos.fenced.Store(true)
-	ferr := &FencedError{TransactionalID: r.eos.txnID, Err: err}
+	var ferr *FencedError
+	if errors.As(err, &ferr) {
+		// Already reported (a promise saw it first): wrapping it
+		// again would repeat the whole advice.
+		r.fail(ferr)
+		return ferr
+	}
+	ferr = &FencedError{TransactionalID: r.eos.txnID, Err: err}
 	r.fail(ferr)
 	return ferr
 }
