@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -118,9 +119,10 @@ type StateStore interface {
 	// Topic is the state topic's name; the relay writes the position record
 	// to it inside each transaction.
 	Topic() string
-	// Ensure creates the topic if it is missing; the relay calls it once,
-	// before it first reads.
-	Ensure(ctx context.Context) error
+	// Ensure creates the topic if it is missing and refuses one that
+	// cannot hold the positions; the relay calls it at the start of every
+	// session, before it reads. Warnings go to log.
+	Ensure(ctx context.Context, log *slog.Logger) error
 	// Last returns the position last committed under key, the zero
 	// position if there is none. It reads only committed records.
 	Last(ctx context.Context, key string) (StatePosition, error)
@@ -182,11 +184,18 @@ func NewKafkaState(kc KafkaConfig, topic string) *KafkaState {
 // Topic returns the state topic's name.
 func (s *KafkaState) Topic() string { return s.topic }
 
-// Ensure creates the state topic if it is missing: one partition (the
-// positions of one key must stay in order), cleanup.policy=compact (only the
-// last position of each key matters), segment.ms 10 minutes, the brokers'
-// default replication.
-func (s *KafkaState) Ensure(ctx context.Context) error {
+// Ensure checks the state topic, creating it if it is missing: one
+// partition (the positions of one key must stay in order, and Last reads
+// partition 0 only), cleanup.policy=compact (only the last position of each
+// key matters; a delete policy would drop positions still needed),
+// segment.ms 10 minutes, replication factor min(3, brokers). An existing
+// topic with several partitions or another cleanup policy is refused
+// (ErrStateTopic), with the fix. A replication factor below 2 is logged as
+// a warning: a broker loss would make the positions unavailable. The relay
+// calls it at the start of every session: a topic deleted meanwhile is
+// created again with these settings, never by the producer's
+// auto-creation with the brokers' defaults.
+func (s *KafkaState) Ensure(ctx context.Context, log *slog.Logger) error {
 	cl, err := kgo.NewClient(s.kc.connOpts()...)
 	if err != nil {
 		return err
@@ -195,16 +204,65 @@ func (s *KafkaState) Ensure(ctx context.Context) error {
 	adm := kadm.NewClient(cl)
 	// Look first: creating needs CREATE permission even when the topic
 	// exists, and an operator may have created it for a walbox without it.
-	if td, err := adm.ListTopics(ctx, s.topic); err == nil && td.Has(s.topic) && td[s.topic].Err == nil {
-		return nil
+	td, err := adm.ListTopics(ctx, s.topic)
+	if err != nil {
+		return fmt.Errorf("list the state topic %q: %w", s.topic, err)
 	}
+	if d, ok := td[s.topic]; ok && td.Has(s.topic) {
+		if d.Err != nil {
+			return fmt.Errorf("state topic %q: %w", s.topic, d.Err)
+		}
+		return s.check(ctx, adm, d, log)
+	}
+	brokers, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return fmt.Errorf("list the brokers to create the state topic %q: %w", s.topic, err)
+	}
+	rf := int16(min(3, max(1, len(brokers.Brokers))))
 	// Segments of 10 minutes let the cleaner compact all but the newest
 	// records soon, so the topic stays about one record per key.
 	compact, segment := "compact", "600000"
-	_, err = adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact, "segment.ms": &segment}, s.topic)
+	_, err = adm.CreateTopic(ctx, 1, rf, map[string]*string{"cleanup.policy": &compact, "segment.ms": &segment}, s.topic)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create the state topic %q (1 partition, cleanup.policy=compact): %w; create it yourself, or grant walbox CREATE on the cluster, or set --state-topic to an existing compacted topic", s.topic, err)
+		return fmt.Errorf("create the state topic %q (1 partition, cleanup.policy=compact, replication factor %d): %w; create it yourself, or grant walbox CREATE on the cluster, or set --state-topic to an existing compacted topic with 1 partition", s.topic, rf, err)
 	}
+	if err == nil {
+		log.Info("exactly-once: created the state topic", "state_topic", s.topic, "partitions", 1, "replication_factor", rf, "cleanup_policy", compact)
+		if rf < 2 {
+			log.Warn("exactly-once: the state topic has a single replica, as the cluster has one broker: losing that broker loses the committed positions", "state_topic", s.topic, "replication_factor", rf)
+		}
+	}
+	return nil
+}
+
+// check refuses an existing state topic walbox cannot rely on.
+func (s *KafkaState) check(ctx context.Context, adm *kadm.Client, d kadm.TopicDetail, log *slog.Logger) error {
+	if n := len(d.Partitions); n != 1 {
+		return &StateTopicError{Topic: s.topic, Problem: fmt.Sprintf("it has %d partitions, and walbox reads the positions from partition 0 only", n)}
+	}
+	for _, p := range d.Partitions {
+		if rf := len(p.Replicas); rf < 2 {
+			log.Warn("exactly-once: the state topic has a single replica: losing its broker loses the committed positions; raise its replication factor (kafka-reassign-partitions)", "state_topic", s.topic, "replication_factor", rf)
+		}
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, s.topic)
+	if err == nil {
+		var rc kadm.ResourceConfig
+		if rc, err = rcs.On(s.topic, nil); err == nil {
+			err = rc.Err
+		}
+		if err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "cleanup.policy" && c.Value != nil && *c.Value != "compact" {
+					return &StateTopicError{Topic: s.topic, Problem: fmt.Sprintf("its cleanup.policy is %q, which drops positions walbox still needs; only compact keeps each key's last one", *c.Value)}
+				}
+			}
+			return nil
+		}
+	}
+	// Describing configs needs DESCRIBE_CONFIGS; an operator who created
+	// the topic may not have granted it. Not knowing is not a refusal.
+	log.Warn("exactly-once: could not read the state topic's cleanup.policy; make sure it is compact", "state_topic", s.topic, "err", err)
 	return nil
 }
 

@@ -504,10 +504,10 @@ func TestKafkaStateLastReadsBackwards(t *testing.T) {
 	ctx := context.Background()
 	kc := KafkaConfig{Brokers: c.ListenAddrs()}
 	st := NewKafkaState(kc, "walbox.state")
-	if err := st.Ensure(ctx); err != nil {
+	if err := st.Ensure(ctx, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Ensure(ctx); err != nil { // exists now
+	if err := st.Ensure(ctx, slog.New(slog.DiscardHandler)); err != nil { // exists now
 		t.Fatalf("second Ensure: %v", err)
 	}
 	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{}) {

@@ -146,3 +146,24 @@ func (e *HistoryMismatchError) Error() string {
 }
 
 func (e *HistoryMismatchError) Unwrap() error { return ErrHistoryMismatch }
+
+// ErrStateTopic is wrapped by the error walbox stops with in exactly-once
+// mode when the state topic exists with settings that lose or hide
+// positions (StateTopicError).
+var ErrStateTopic = errors.New("exactly-once state topic unusable")
+
+// StateTopicError reports an existing state topic with several partitions
+// or a cleanup policy other than compact.
+type StateTopicError struct {
+	Topic   string
+	Problem string
+}
+
+func (e *StateTopicError) Error() string {
+	return fmt.Sprintf("%v: state topic %q: %s. Point --state-topic at a topic with 1 partition and cleanup.policy=compact (walbox creates a missing one so), or fix this one "+
+		"(kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact); "+
+		"a new, empty state topic makes the first start produce again what the slot sends from its confirmed position",
+		ErrStateTopic, e.Topic, e.Problem, e.Topic)
+}
+
+func (e *StateTopicError) Unwrap() error { return ErrStateTopic }

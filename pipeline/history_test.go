@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/internal/logbuf"
 )
 
 func TestParseTimelineHistory(t *testing.T) {
@@ -134,5 +137,96 @@ func TestEOSReadsAnOlderWalboxsStateOnce(t *testing.T) {
 	}
 	if pos.History != testServer.History {
 		t.Fatalf("the next commit recorded history %+v, want %+v", pos.History, testServer.History)
+	}
+}
+
+// TestKafkaStateEnsure: a missing state topic is created with 1 partition
+// and cleanup.policy=compact; an existing one that would hide or drop
+// positions is refused with the fix. Both used to be accepted as they were.
+func TestKafkaStateEnsure(t *testing.T) {
+	c := eosCluster(t)
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	del, compact := "delete", "compact"
+	for _, tt := range []struct {
+		name       string
+		partitions int32
+		configs    map[string]*string // nil: no topic
+		wantErr    string
+		wantLog    string
+	}{
+		{name: "missing", wantLog: "single replica"},
+		{name: "compacted, one partition", partitions: 1, configs: map[string]*string{"cleanup.policy": &compact}, wantLog: "single replica"},
+		{name: "several partitions", partitions: 3, configs: map[string]*string{"cleanup.policy": &compact}, wantErr: "3 partitions"},
+		{name: "delete policy", partitions: 1, configs: map[string]*string{"cleanup.policy": &del}, wantErr: `cleanup.policy is "delete"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			topic := "state." + strings.ReplaceAll(tt.name, " ", "-")
+			topic = strings.ReplaceAll(topic, ",", "")
+			if tt.configs != nil {
+				if _, err := adm.CreateTopic(ctx, tt.partitions, 1, tt.configs, topic); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lb := &logbuf.Buffer{}
+			err := NewKafkaState(KafkaConfig{Brokers: c.ListenAddrs()}, topic).Ensure(ctx, slog.New(slog.NewTextHandler(lb, nil)))
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrStateTopic) || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "cleanup.policy=compact") {
+					t.Fatalf("Ensure = %v, want ErrStateTopic with %q and the fix", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(lb.String(), tt.wantLog) {
+				t.Errorf("log lacks %q:\n%s", tt.wantLog, lb.String())
+			}
+			td, err := adm.ListTopics(ctx, topic)
+			if err != nil || len(td[topic].Partitions) != 1 {
+				t.Fatalf("topic %s: %v partitions, %v", topic, len(td[topic].Partitions), err)
+			}
+			rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, _ := rcs.On(topic, nil)
+			for _, cfg := range rc.Configs {
+				if cfg.Key == "cleanup.policy" && (cfg.Value == nil || *cfg.Value != "compact") {
+					t.Errorf("cleanup.policy = %v, want compact", cfg.Value)
+				}
+			}
+		})
+	}
+}
+
+// TestEOSDeletedStateTopicIsCreatedAgain: the state topic was checked
+// once per process, so after it was deleted every session failed (or the
+// producer auto-created it with the brokers' defaults). Each session checks
+// it now and creates it again.
+func TestEOSDeletedStateTopicIsCreatedAgain(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}, 1)
+	if err := el.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := kadm.NewClient(el.cl).DeleteTopic(ctx, "walbox.state"); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.newSession(t); err != nil {
+		t.Fatalf("session after the state topic was deleted: %v", err)
+	}
+	if err := el.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	pos, err := el.eos.state.Last(ctx, TransactionalIDFor("walbox"))
+	if err != nil || pos.EndLSN != 0x2010 {
+		t.Fatalf("position after the topic was created again: %+v, %v; want end 0/2010", pos, err)
 	}
 }

@@ -108,8 +108,6 @@ type eosState struct {
 	replaced bool
 	// skipped counts the Postgres transactions skipped this session.
 	skipped int
-	// ensured is set once the state topic is known to exist.
-	ensured bool
 	// fenced is set once another producer took over the transactional id;
 	// from then on nothing is committed or confirmed. Set from promise
 	// callbacks too.
@@ -285,11 +283,11 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	// retry rather than hang.
 	sctx, cancel := context.WithTimeout(ctx, stateReadTimeout)
 	defer cancel()
-	if !e.ensured {
-		if err := e.state.Ensure(sctx); err != nil {
-			return &txnAbortedError{err}
+	if err := e.state.Ensure(sctx, r.log); err != nil {
+		if errors.Is(err, ErrStateTopic) {
+			return err // only an operator can fix it
 		}
-		e.ensured = true
+		return &txnAbortedError{err}
 	}
 	pos, err := e.state.Last(sctx, e.txnID)
 	if err != nil {
