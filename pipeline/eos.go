@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -266,32 +267,42 @@ func (s *KafkaState) check(ctx context.Context, adm *kadm.Client, d kadm.TopicDe
 	return nil
 }
 
-// Last returns the last position recorded under key, reading with
-// read_committed up to the topic's last stable offset.
+// Last returns the last committed position recorded under key.
+//
+// It reads read_uncommitted up to the high watermark and decides itself
+// what is committed, from the transaction markers: a record under key
+// counts once its producer's commit marker follows it, and is dropped by an
+// abort marker. Reading read_committed up to the last stable offset would
+// stop at the first transaction still open on the partition, and the state
+// topic is shared: while another walbox's transaction is open (up to its
+// transaction timeout), this one would read a position older than its own
+// last commit and produce committed transactions again. The caller loads
+// the producer id of key's transactional id first, which completes or
+// aborts that id's own open transaction, so every record under key before
+// the high watermark has its marker. A record under key without one (a
+// writer of key that is not walbox's transactional id) is not a position.
 //
 // It reads backwards in growing windows: the last records first (one walbox
 // per transactional id writes one record per transaction, so its last
 // position is usually among them), then further back only if key is not
-// found there. Control records (transaction markers) are kept so that a
-// read ends exactly at the last stable offset even when the last records
-// before it were aborted.
+// found there.
 func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error) {
 	var zero StatePosition
 	cl, err := kgo.NewClient(s.kc.connOpts()...)
 	if err != nil {
 		return zero, err
 	}
-	offsets, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, s.topic)
+	offsets, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.topic)
 	cl.Close()
 	if err != nil {
-		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, err)
+		return zero, fmt.Errorf("list the high watermark of the state topic %q: %w", s.topic, err)
 	}
 	lo, ok := offsets.Lookup(s.topic, 0)
 	if !ok {
 		return zero, fmt.Errorf("state topic %q: partition 0 not listed; does the topic exist?", s.topic)
 	}
 	if lo.Err != nil {
-		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, lo.Err)
+		return zero, fmt.Errorf("list the high watermark of the state topic %q: %w", s.topic, lo.Err)
 	}
 	end := lo.Offset
 	for window := int64(1024); ; window *= 16 {
@@ -303,7 +314,8 @@ func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error
 	}
 }
 
-// read returns the last position under key among the offsets [from, end).
+// read returns the last committed position under key among the offsets
+// [from, end); see Last.
 func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (StatePosition, bool, error) {
 	var pos StatePosition
 	found := false
@@ -311,7 +323,7 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 		return pos, false, nil
 	}
 	cl, err := kgo.NewClient(append(s.kc.connOpts(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
 		// Offsets below the log start (deleted or compacted away) reset
 		// to the start.
@@ -323,6 +335,9 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 		return pos, false, err
 	}
 	defer cl.Close()
+	// pending holds, per producer id, the last position under key of its
+	// transaction not yet ended by a marker.
+	pending := map[int64]StatePosition{}
 	next := from
 	for next < end {
 		fs := cl.PollFetches(ctx)
@@ -337,7 +352,23 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 		var derr error
 		fs.EachRecord(func(r *kgo.Record) {
 			next = max(next, r.Offset+1)
-			if r.Offset >= end || r.Attrs.IsControl() || string(r.Key) != key {
+			if r.Offset >= end {
+				return
+			}
+			if r.Attrs.IsControl() {
+				p, ok := pending[r.ProducerID]
+				if !ok {
+					return
+				}
+				delete(pending, r.ProducerID)
+				// The key of a marker: version (int16), type (int16):
+				// 0 abort, 1 commit.
+				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 {
+					pos, found = p, true
+				}
+				return
+			}
+			if string(r.Key) != key {
 				return
 			}
 			p, err := decodeState(r.Value)
@@ -345,7 +376,11 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 				derr = fmt.Errorf("state topic %q offset %d (key %q): %w; the topic holds records walbox did not write: give --state-topic a topic of walbox's own", s.topic, r.Offset, key, err)
 				return
 			}
-			pos, found = p, true
+			if !r.Attrs.IsTransactional() {
+				pos, found = p, true // no marker will come
+				return
+			}
+			pending[r.ProducerID] = p
 		})
 		if derr != nil {
 			return pos, false, derr

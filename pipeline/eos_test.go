@@ -682,3 +682,62 @@ func TestEOSFencedErrorIsNotDoubled(t *testing.T) {
 		t.Fatalf("the error names %q %d times, want once: %v", ErrFenced, n, err)
 	}
 }
+
+// TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction: two
+// walboxes share the default state topic. While B's Kafka transaction is
+// open, A commits two transactions; the records are past B's open one, so
+// a read_committed read up to the last stable offset did not see them, and
+// A's next session (or its successor after a restart) read an older
+// position of its own and produced A and B's rows again.
+func TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
+	a := newEOSLoop(t, c, cfg, 1) // creates the state topic
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("walbox-other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rec := stateRecord("walbox.state", "walbox-other", StatePosition{CommitLSN: 0x50, EndLSN: 0x60, History: History{Slot: "other"}}, 1)
+	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range []struct {
+		commit pglogrepl.LSN
+		row    string
+	}{{0x1000, "a1"}, {0x2000, "b1"}} {
+		if err := a.txn(t, tx.commit, tx.row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := func(el *eosLoop) {
+		t.Helper()
+		for _, tx := range []struct {
+			commit pglogrepl.LSN
+			row    string
+		}{{0x1000, "a1"}, {0x2000, "b1"}} {
+			if err := el.txn(t, tx.commit, tx.row); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testutil.ToFloat64(el.eos.m.skipped); n != 2 {
+			t.Errorf("skipped %v transactions, want the 2 this instance committed", n)
+		}
+	}
+	t.Run("the same process, next session", func(t *testing.T) {
+		if err := a.newSession(t); err != nil {
+			t.Fatal(err)
+		}
+		replay(a)
+	})
+	t.Run("a restarted process", func(t *testing.T) {
+		replay(newEOSLoop(t, c, cfg, 1))
+	})
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 b1" {
+		t.Fatalf("read_committed saw %q, want a1 b1 once each", got)
+	}
+}

@@ -102,6 +102,8 @@ type eosState struct {
 	// server is the history of the server this session streams from;
 	// positions are committed with it and checked against it.
 	server serverHistory
+	// lastCommitted is the position of this process's last commit.
+	lastCommitted StatePosition
 	// sessions counts the sessions started; replaced is set once the
 	// client of the previous one was closed (eosFreshProducer).
 	sessions int
@@ -292,6 +294,11 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	pos, err := e.state.Last(sctx, e.txnID)
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
+	}
+	if e.lastCommitted.EndLSN > pos.EndLSN {
+		// Never older than what this process committed itself, whatever
+		// the read saw (a compaction race, a lagging replica).
+		pos = e.lastCommitted
 	}
 	skipEnd, warning, err := resumeFrom(pos, e.server)
 	if err != nil {
@@ -602,6 +609,7 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	e.m.commitTime.Observe(time.Since(c.start).Seconds())
 	e.m.records.Observe(float64(c.records))
 	e.m.stateLSN.Set(float64(c.covered.CommitLSN))
+	e.lastCommitted = c.covered
 	e.forgetDiverted(c.covered.EndLSN)
 	// Everything before the end of the last Postgres transaction it covers
 	// is in Kafka now, or was never routed.
