@@ -109,6 +109,15 @@ type Config struct {
 	// its own, held in memory no more than the in-flight limits allow.
 	TransactionMaxRecords  int
 	TransactionMaxInterval time.Duration
+	// TransactionTimeout is the Kafka transaction timeout (1m): the broker
+	// aborts a transaction open longer. It must be the transactional
+	// client's (KafkaConfig.TransactionTimeout) and at most the brokers'
+	// transaction.max.timeout.ms (CheckTransactionTimeout). A transaction
+	// the broker aborted for its age makes the relay restart the session
+	// from the committed position, not stop as fenced; a Postgres
+	// transaction that takes longer than this to produce is aborted on
+	// every attempt, so raise it above the longest one.
+	TransactionTimeout time.Duration
 	// StateTopic is the compacted topic the committed positions go to
 	// ("walbox.state"); State reads it (a KafkaState on this topic).
 	StateTopic string
@@ -165,6 +174,7 @@ func DefaultConfig() Config {
 		Delivery:               DeliveryAtLeastOnce,
 		TransactionMaxRecords:  10000,
 		TransactionMaxInterval: 100 * time.Millisecond,
+		TransactionTimeout:     DefaultTransactionTimeout,
 		StateTopic:             "walbox.state",
 	}
 }
@@ -185,6 +195,7 @@ func (c *Config) setDefaults() {
 	}
 	positiveOr(&c.TransactionMaxRecords, d.TransactionMaxRecords)
 	positiveOr(&c.TransactionMaxInterval, d.TransactionMaxInterval)
+	positiveOr(&c.TransactionTimeout, d.TransactionTimeout)
 	if c.StateTopic == "" {
 		c.StateTopic = d.StateTopic
 	}
@@ -241,6 +252,9 @@ func (c Config) validateDelivery() []error {
 	}
 	if c.TransactionMaxInterval < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: transaction max interval %s is negative", c.TransactionMaxInterval))
+	}
+	if c.TransactionTimeout < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: transaction timeout %s is negative", c.TransactionTimeout))
 	}
 	if c.TransactionalID != "" && (strings.TrimSpace(c.TransactionalID) != c.TransactionalID || len(c.TransactionalID) > 249) {
 		errs = append(errs, fmt.Errorf("pipeline: transactional id %q has leading or trailing spaces or is longer than 249 bytes", c.TransactionalID))

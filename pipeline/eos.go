@@ -55,15 +55,19 @@ var ErrFenced = errors.New("kafka producer fenced")
 
 // FencedError reports that another producer with the same transactional id
 // (a second walbox on the same slot, usually) bumped the producer epoch: this
-// instance can no longer commit, and must not confirm anything more.
+// instance can no longer commit, and must not confirm anything more. A
+// transaction the broker aborted for being open longer than the transaction
+// timeout is not reported so: it restarts the session instead.
 type FencedError struct {
 	TransactionalID string
-	Err             error
+	// Timeout is the transaction timeout in use.
+	Timeout time.Duration
+	Err     error
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id. If no other instance runs, the broker aborted a transaction that stayed open longer than the transaction timeout (%s; a Postgres transaction too large to produce in that time): a restart resumes from the last commit: %v",
-		ErrFenced, e.TransactionalID, DefaultTransactionTimeout, e.Err)
+	return fmt.Sprintf("%v: another producer with transactional id %q took it over (the producer epoch was bumped) while this walbox's kafka transaction was open for less than the transaction timeout (%s), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id: %v",
+		ErrFenced, e.TransactionalID, e.Timeout, e.Err)
 }
 
 func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Err} }

@@ -51,7 +51,7 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 	t.Helper()
 	cfg.ConnString, cfg.Slot, cfg.Publication = "postgres://127.0.0.1:1/none", "walbox", "walbox"
 	cfg.Delivery = DeliveryExactlyOnce
-	kc := KafkaConfig{Brokers: c.ListenAddrs(), TransactionalID: TransactionalIDFor("walbox")}
+	kc := KafkaConfig{Brokers: c.ListenAddrs(), TransactionalID: TransactionalIDFor("walbox"), TransactionTimeout: cfg.TransactionTimeout}
 	lb := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(lb, nil))
 	cl, err := NewKafkaClient(kc, log, nil)
@@ -739,5 +739,68 @@ func TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction(t *testing.T
 	})
 	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 b1" {
 		t.Fatalf("read_committed saw %q, want a1 b1 once each", got)
+	}
+}
+
+// TestEOSTransactionTimeoutRestartsTheSession: a Kafka transaction stays
+// open longer than the transaction timeout (a Kafka stall, a slow large
+// Postgres transaction) and the broker aborts it, bumping the epoch. walbox
+// took that for fencing and stopped for good ("another producer ...
+// started"); it must restart the session from the committed position and
+// deliver the transaction then.
+func TestEOSTransactionTimeoutRestartsTheSession(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: 300 * time.Millisecond}, 1)
+	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the broker aborts the open transaction
+	el.eos.full = true
+	err := el.tick(t)
+	if errors.Is(err, ErrFenced) || !isTxnAborted(err) {
+		t.Fatalf("commit of the timed-out transaction: %v, want a session restart, not ErrFenced", err)
+	}
+	if ferr := el.relay.failureErr(); ferr != nil {
+		t.Fatalf("relay failed: %v", ferr)
+	}
+	if !strings.Contains(err.Error(), "--transaction-timeout") || !strings.Contains(err.Error(), "300ms") {
+		t.Errorf("the restart does not name the timeout and its option: %v", err)
+	}
+	if n := testutil.ToFloat64(el.eos.m.timeouts); n != 1 {
+		t.Errorf("walbox_kafka_transaction_timeouts_total = %v, want 1", n)
+	}
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	el.finish(t)
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1" {
+		t.Fatalf("read_committed saw %q, want a1", got)
+	}
+}
+
+// TestCheckTransactionTimeout: a timeout above the brokers'
+// transaction.max.timeout.ms is refused at start, naming both.
+func TestCheckTransactionTimeout(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "120000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	kc := KafkaConfig{Brokers: c.ListenAddrs()}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		timeout time.Duration
+		wantErr bool
+	}{{0, false}, {2 * time.Minute, false}, {5 * time.Minute, true}} {
+		err := CheckTransactionTimeout(ctx, kc, tt.timeout)
+		if tt.wantErr != (err != nil) {
+			t.Errorf("CheckTransactionTimeout(%s) = %v, want error %v", tt.timeout, err, tt.wantErr)
+		}
+		if tt.wantErr && (!errors.Is(err, ErrTransactionTimeout) || !strings.Contains(err.Error(), "2m0s") || !strings.Contains(err.Error(), "5m0s")) {
+			t.Errorf("error %v does not name both timeouts", err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -167,3 +168,20 @@ func (e *StateTopicError) Error() string {
 }
 
 func (e *StateTopicError) Unwrap() error { return ErrStateTopic }
+
+// ErrTransactionTimeout is wrapped by TransactionTimeoutError.
+var ErrTransactionTimeout = errors.New("transaction timeout above the brokers' limit")
+
+// TransactionTimeoutError reports a transaction timeout (Config.
+// TransactionTimeout) above the brokers' transaction.max.timeout.ms, which
+// the brokers refuse.
+type TransactionTimeoutError struct {
+	Timeout, BrokerMax time.Duration
+}
+
+func (e *TransactionTimeoutError) Error() string {
+	return fmt.Sprintf("%v: --transaction-timeout %s is above the brokers' transaction.max.timeout.ms (%s), so they would refuse every transaction: lower --transaction-timeout to at most %s, or raise transaction.max.timeout.ms on the brokers",
+		ErrTransactionTimeout, e.Timeout, e.BrokerMax, e.BrokerMax)
+}
+
+func (e *TransactionTimeoutError) Unwrap() error { return ErrTransactionTimeout }

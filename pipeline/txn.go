@@ -69,6 +69,13 @@ type eosState struct {
 	phase       func(string)
 	m           *eosMetrics
 
+	// timeout is the transaction timeout (Config.TransactionTimeout).
+	timeout time.Duration
+	// txnStart is when BeginTransaction was last called (unix
+	// nanoseconds): the broker's timeout of that Kafka transaction runs
+	// from a little later. Read by promise callbacks too.
+	txnStart atomic.Int64
+
 	// open is set while the current Kafka transaction has records or
 	// Postgres transactions (produced or queued); begun once
 	// BeginTransaction was called for it. began is when it opened.
@@ -134,10 +141,33 @@ func newEOSState(cfg Config, txp TxnProducer, reg prometheus.Registerer) *eosSta
 		txnID:       cfg.transactionalID(),
 		maxRecords:  cfg.TransactionMaxRecords,
 		maxInterval: cfg.TransactionMaxInterval,
+		timeout:     cfg.TransactionTimeout,
 		phase:       cfg.TxnPhase,
 		m:           newEOSMetrics(reg),
 		divert:      map[replayKey]error{},
 	}
+}
+
+// timedOut reports whether the Kafka transaction begun last has been open
+// for the transaction timeout: a fence error then means, most likely, that
+// the broker aborted it for its age (and bumped the epoch), not that
+// another producer took the id over. Either way restarting the session is
+// safe: the new session streams only once it holds the slot, which no
+// other walbox can hold at the same time, and loads the producer id afresh.
+// Safe for concurrent use.
+func (e *eosState) timedOut() bool {
+	start := e.txnStart.Load()
+	return start != 0 && e.timeout > 0 && time.Since(time.Unix(0, start)) >= e.timeout
+}
+
+// timeoutAbort is the cause of a session restart after the broker aborted
+// a Kafka transaction older than the timeout.
+func (e *eosState) timeoutAbort(err error) error {
+	if errors.Is(err, errTimedOut) {
+		return err
+	}
+	return fmt.Errorf("%w: the kafka transaction of %q was open %s, at least the transaction timeout (%s), so the broker aborted it: %w; the session restarts from the committed position. If a Kafka stall caused it, nothing is to be done; if a Postgres transaction takes that long to produce, raise --transaction-timeout (at most the brokers' transaction.max.timeout.ms)",
+		errTimedOut, e.txnID, time.Since(time.Unix(0, e.txnStart.Load())).Round(time.Millisecond), e.timeout, err)
 }
 
 func (e *eosState) hook(phase string) {
@@ -197,7 +227,11 @@ func (e *eosState) forgetDiverted(end pglogrepl.LSN) {
 	e.divertMu.Unlock()
 }
 
+// errTimedOut marks an abort request that timeoutAbort already explained.
+var errTimedOut = errors.New("kafka transaction timed out")
+
 type eosMetrics struct {
+	timeouts   prometheus.Counter
 	committed  prometheus.Counter
 	aborted    prometheus.Counter
 	records    prometheus.Histogram
@@ -213,6 +247,10 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		Help: "Kafka transactions ended (--delivery exactly-once), by result: committed or aborted.",
 	}, []string{"result"})
 	return &eosMetrics{
+		timeouts: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_kafka_transaction_timeouts_total",
+			Help: "Kafka transactions the broker aborted because they were open longer than the transaction timeout (--transaction-timeout); each restarts the session from the committed position.",
+		}),
 		committed: txns.WithLabelValues("committed"),
 		aborted:   txns.WithLabelValues("aborted"),
 		records: f.NewHistogram(prometheus.HistogramOpts{
@@ -222,7 +260,7 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		}),
 		commitTime: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "walbox_kafka_transaction_commit_seconds",
-			Help:    "Time from the start of a Kafka transaction's flush to the end of its commit (EndTransaction), during which no WAL is read.",
+			Help:    "Time from the start of a Kafka transaction's flush to the end of its commit (EndTransaction). WAL is still read meanwhile; the records routed wait for the next transaction, counted against the in-flight limits.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		stateLSN: f.NewGauge(prometheus.GaugeOpts{
@@ -368,7 +406,7 @@ func (r *Relay) eosFenced(err error) error {
 		r.fail(ferr)
 		return ferr
 	}
-	ferr = &FencedError{TransactionalID: r.eos.txnID, Err: err}
+	ferr = &FencedError{TransactionalID: r.eos.txnID, Timeout: r.eos.timeout, Err: err}
 	r.fail(ferr)
 	return ferr
 }
@@ -395,9 +433,16 @@ func (r *Relay) eosAbortTxn(ctx context.Context) error {
 			err = e.txp.EndTransaction(actx, kgo.TryAbort)
 		}
 		if err != nil {
-			if isFenced(err) {
+			if isFenced(err) && !e.timedOut() {
 				e.begun = false
 				return r.eosFenced(err)
+			}
+			if isFenced(err) {
+				// The broker aborted it already; the next session's
+				// producer id load starts afresh.
+				e.begun = false
+				e.m.aborted.Inc()
+				return &txnAbortedError{e.timeoutAbort(err)}
 			}
 			return &txnAbortedError{fmt.Errorf("abort the kafka transaction of %q: %w", e.txnID, err)}
 		}
@@ -415,10 +460,15 @@ func (l *loop) eosAbort(ctx context.Context, cause error) error {
 	e := l.eos
 	l.log.Warn("aborting the kafka transaction; the session restarts from the committed position",
 		"transactional_id", e.txnID, "records", e.records, "err", cause)
+	if errors.Is(cause, errTimedOut) {
+		e.m.timeouts.Inc()
+	}
+	// Cleared even if the abort fails: the next session aborts again
+	// before producing, and must not take this cause for a new one.
+	e.abortReq.Store(nil)
 	if err := l.eosAbortTxn(ctx); err != nil {
 		return err
 	}
-	e.abortReq.Store(nil)
 	if ferr := l.failureErr(); ferr != nil {
 		return ferr
 	}
@@ -431,6 +481,7 @@ func (l *loop) eosBegin() {
 	if e.begun {
 		return
 	}
+	e.txnStart.Store(time.Now().UnixNano())
 	if err := e.txp.BeginTransaction(); err != nil {
 		if isFenced(err) {
 			_ = l.eosFenced(err)
@@ -598,10 +649,13 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	if err != nil {
 		// The committing transaction is still open on the broker.
 		e.begun = true
-		if isFenced(err) {
+		if isFenced(err) && !e.timedOut() {
 			ferr := l.eosFenced(err)
 			_ = l.eosAbortTxn(ctx)
 			return ferr
+		}
+		if isFenced(err) {
+			err = e.timeoutAbort(err)
 		}
 		return l.eosAbort(ctx, err)
 	}
@@ -644,6 +698,10 @@ func (l *loop) eosWaitCommit(ctx context.Context) error {
 // eosStatePromise settles the state record.
 func (l *loop) eosStatePromise(_ *kgo.Record, err error) {
 	if err == nil || errors.Is(err, kgo.ErrAborting) {
+		return
+	}
+	if isFenced(err) && l.eos.timedOut() {
+		l.eos.requestAbort(l.eos.timeoutAbort(err), l.inflight.wake)
 		return
 	}
 	if isFenced(err) {
@@ -699,6 +757,8 @@ func (l *loop) eosSettleError(rec *kgo.Record, m *inflightRecord, err error) {
 	l.metrics.produceErrors.Inc()
 	e := l.eos
 	switch {
+	case isFenced(err) && e.timedOut():
+		e.requestAbort(e.timeoutAbort(err), l.inflight.wake)
 	case isFenced(err):
 		_ = l.eosFenced(err)
 	case tooLarge(err) && !l.recordTooLarge(rec):

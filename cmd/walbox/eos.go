@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -26,7 +29,11 @@ const crashAtEnv = "WALBOX_TEST_CRASH_AT"
 // returns nil and leaves pcfg alone. The relay replaces the client for each
 // later session (pipeline.Config.NewTxnProducer) and closes the ones it
 // replaces; the returned close func closes the one in use last.
-func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Config, log *slog.Logger, reg prometheus.Registerer) (*kgo.Client, func(), error) {
+//
+// It refuses a --transaction-timeout above the brokers'
+// transaction.max.timeout.ms; if the brokers cannot be asked, it warns and
+// goes on (the producer id load then fails with the broker's error).
+func exactlyOnce(ctx context.Context, cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Config, log *slog.Logger, reg prometheus.Registerer) (*kgo.Client, func(), error) {
 	if cfg.Delivery != pipeline.DeliveryExactlyOnce {
 		return nil, func() {}, nil
 	}
@@ -34,7 +41,18 @@ func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Conf
 	if err != nil {
 		return nil, nil, err
 	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = pipeline.CheckTransactionTimeout(qctx, kc, cfg.TransactionTimeout)
+	cancel()
+	if errors.Is(err, pipeline.ErrTransactionTimeout) {
+		return nil, nil, err
+	}
+	if err != nil {
+		log.Warn("could not read the brokers' transaction.max.timeout.ms to check --transaction-timeout against it", "err", err,
+			"transaction_timeout", cfg.TransactionTimeout.String())
+	}
 	kc.TransactionalID = pcfg.TransactionalIDOrDefault()
+	kc.TransactionTimeout = cfg.TransactionTimeout
 	// Room for the state record on top of the in-flight limit.
 	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 2
 	cl, err := pipeline.NewKafkaClient(kc, log, reg)
@@ -59,7 +77,8 @@ func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Conf
 	pcfg.State = pipeline.NewKafkaState(kc, cfg.StateTopic)
 	pcfg.TxnPhase = hook
 	log.Info("exactly-once delivery", "transactional_id", kc.TransactionalID, "state_topic", cfg.StateTopic,
-		"transaction_max_records", cfg.TransactionMaxRecords, "transaction_max_interval", cfg.TransactionMaxInterval.String())
+		"transaction_max_records", cfg.TransactionMaxRecords, "transaction_max_interval", cfg.TransactionMaxInterval.String(),
+		"transaction_timeout", cfg.TransactionTimeout.String())
 	return cl, func() { current.Load().Close() }, nil
 }
 
