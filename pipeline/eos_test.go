@@ -804,3 +804,27 @@ func TestCheckTransactionTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestEOSSkippedNonTransactionalMessageIsCounted: a dead-lettered
+// non-transactional message the state topic shows committed is skipped on
+// the replay; it used to be skipped silently, with no metric or log.
+func TestEOSSkippedNonTransactionalMessageIsCounted(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq", MessagePrefix: "outbox"}
+	first := newEOSLoop(t, c, cfg, 1)
+	first.wal(t, pgMessage(false, 0x1000, "outbox", "not an event"))
+	if err := first.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	second := newEOSLoop(t, c, cfg, 1)
+	second.wal(t, pgMessage(false, 0x1000, "outbox", "not an event"))
+	if err := second.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(second.eos.m.skipped); n != 1 {
+		t.Fatalf("walbox_transactions_skipped_total = %v, want 1 for the message", n)
+	}
+	if got := readCommitted(t, c, "dlq"); len(got) != 1 {
+		t.Fatalf("dead-letter topic holds %v, want the message once", got)
+	}
+}

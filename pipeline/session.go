@@ -442,6 +442,12 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	key := replayKey{commit: m.LSN, ord: nonTransactional}
 	l.lastCommit = max(l.lastCommit, m.LSN)
+	if l.eosSkips(key) {
+		// Dead-lettered and committed in Kafka before: counted and
+		// logged as a skipped unit, like a transaction.
+		l.eosUnitDone(key, m.LSN)
+		return nil
+	}
 	if l.replayed(key) {
 		return nil
 	}

@@ -269,7 +269,7 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		}),
 		skipped: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_transactions_skipped_total",
-			Help: "Postgres transactions the slot sent again that the state topic shows committed in Kafka already, not produced again.",
+			Help: "Postgres transactions, and dead-lettered non-transactional outbox messages, that the slot sent again and the state topic shows committed in Kafka already: not produced again.",
 		}),
 	}
 }
