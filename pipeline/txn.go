@@ -654,7 +654,10 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 			_ = l.eosAbortTxn(ctx)
 			return ferr
 		}
-		if isFenced(err) {
+		if e.timedOut() {
+			// Fenced (older brokers: INVALID_PRODUCER_EPOCH,
+			// PRODUCER_FENCED) or INVALID_TXN_STATE (Kafka 4 with
+			// transaction.version 2): the broker aborted it.
 			err = e.timeoutAbort(err)
 		}
 		return l.eosAbort(ctx, err)
