@@ -178,6 +178,10 @@ type Config struct {
 	// transaction in exactly-once mode; > 0. Defaults 10000 and 100ms.
 	TransactionMaxRecords  int
 	TransactionMaxInterval time.Duration
+	// TransactionTimeout is the Kafka transaction timeout in exactly-once
+	// mode, at most the brokers' transaction.max.timeout.ms; > 0.
+	// Default 1m.
+	TransactionTimeout time.Duration
 	// StateTopic is the compacted topic of committed positions in
 	// exactly-once mode. Default "walbox.state".
 	StateTopic string
@@ -226,6 +230,7 @@ func Defaults() Config {
 		Delivery:               p.Delivery,
 		TransactionMaxRecords:  p.TransactionMaxRecords,
 		TransactionMaxInterval: p.TransactionMaxInterval,
+		TransactionTimeout:     p.TransactionTimeout,
 		StateTopic:             p.StateTopic,
 	}
 }

@@ -219,6 +219,15 @@ var options = []*option{
 		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionMaxInterval = c.TransactionMaxInterval },
 	},
 	{
+		flag: "transaction-timeout", env: "WALBOX_TRANSACTION_TIMEOUT", yaml: "transaction_timeout", group: groupKafka,
+		help: "With --delivery=exactly-once, the Kafka transaction timeout: the broker aborts a transaction open longer, and walbox then " +
+			"restarts from the committed position. Raise it above the time the largest Postgres transaction takes to produce; " +
+			"at most the brokers' transaction.max.timeout.ms (checked at start)",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.TransactionTimeout }),
+		check:    func(c *Config) error { return checkPositive(c.TransactionTimeout) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionTimeout = c.TransactionTimeout },
+	},
+	{
 		flag: "state-topic", env: "WALBOX_STATE_TOPIC", yaml: "state_topic", group: groupKafka,
 		help:  "With --delivery=exactly-once, the compacted topic (created if missing) holding each transactional id's committed position",
 		value: stringValue("NAME", func(c *Config) *string { return &c.StateTopic }),

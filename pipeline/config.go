@@ -109,10 +109,29 @@ type Config struct {
 	// its own, held in memory no more than the in-flight limits allow.
 	TransactionMaxRecords  int
 	TransactionMaxInterval time.Duration
+	// TransactionTimeout is the Kafka transaction timeout (1m): the broker
+	// aborts a transaction open longer. It must be the transactional
+	// client's (KafkaConfig.TransactionTimeout) and at most the brokers'
+	// transaction.max.timeout.ms (CheckTransactionTimeout). A transaction
+	// the broker aborted for its age makes the relay restart the session
+	// from the committed position, not stop as fenced; a Postgres
+	// transaction that takes longer than this to produce is aborted on
+	// every attempt, so raise it above the longest one.
+	TransactionTimeout time.Duration
 	// StateTopic is the compacted topic the committed positions go to
 	// ("walbox.state"); State reads it (a KafkaState on this topic).
 	StateTopic string
 	State      StateStore
+	// NewTxnProducer, when set, builds a new transactional client (with
+	// the same transactional id) for every exactly-once session after the
+	// first: franz-go loads a client's producer id once, and a session that
+	// regains the slot from a peer must load it again, which fences the
+	// peer and aborts the transaction it left open. The relay closes the
+	// client it replaces (a Close method), the producer given to New
+	// included; the caller closes the last one. Nil keeps New's producer
+	// for every session, whose cached epoch fails "fenced" once a peer
+	// took the transactional id over.
+	NewTxnProducer func() (TxnProducer, error)
 	// OutboxUpdates is what an UPDATE of an outbox table does: "" (walbox's
 	// own mode) ignores it, as walbox routes inserts only; "warn" and
 	// "error" skip it with a log line at that level, and "fatal" stops the
@@ -155,6 +174,7 @@ func DefaultConfig() Config {
 		Delivery:               DeliveryAtLeastOnce,
 		TransactionMaxRecords:  10000,
 		TransactionMaxInterval: 100 * time.Millisecond,
+		TransactionTimeout:     DefaultTransactionTimeout,
 		StateTopic:             "walbox.state",
 	}
 }
@@ -175,6 +195,7 @@ func (c *Config) setDefaults() {
 	}
 	positiveOr(&c.TransactionMaxRecords, d.TransactionMaxRecords)
 	positiveOr(&c.TransactionMaxInterval, d.TransactionMaxInterval)
+	positiveOr(&c.TransactionTimeout, d.TransactionTimeout)
 	if c.StateTopic == "" {
 		c.StateTopic = d.StateTopic
 	}
@@ -231,6 +252,9 @@ func (c Config) validateDelivery() []error {
 	}
 	if c.TransactionMaxInterval < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: transaction max interval %s is negative", c.TransactionMaxInterval))
+	}
+	if c.TransactionTimeout < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: transaction timeout %s is negative", c.TransactionTimeout))
 	}
 	if c.TransactionalID != "" && (strings.TrimSpace(c.TransactionalID) != c.TransactionalID || len(c.TransactionalID) > 249) {
 		errs = append(errs, fmt.Errorf("pipeline: transactional id %q has leading or trailing spaces or is longer than 249 bytes", c.TransactionalID))

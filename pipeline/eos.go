@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -53,15 +55,19 @@ var ErrFenced = errors.New("kafka producer fenced")
 
 // FencedError reports that another producer with the same transactional id
 // (a second walbox on the same slot, usually) bumped the producer epoch: this
-// instance can no longer commit, and must not confirm anything more.
+// instance can no longer commit, and must not confirm anything more. A
+// transaction the broker aborted for being open longer than the transaction
+// timeout is not reported so: it restarts the session instead.
 type FencedError struct {
 	TransactionalID string
-	Err             error
+	// Timeout is the transaction timeout in use.
+	Timeout time.Duration
+	Err     error
 }
 
 func (e *FencedError) Error() string {
-	return fmt.Sprintf("%v: another producer with transactional id %q started (the producer epoch was bumped), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id. If no other instance runs, the broker aborted a transaction that stayed open longer than the transaction timeout (%s; a Postgres transaction too large to produce in that time): a restart resumes from the last commit: %v",
-		ErrFenced, e.TransactionalID, DefaultTransactionTimeout, e.Err)
+	return fmt.Sprintf("%v: another producer with transactional id %q took it over (the producer epoch was bumped) while this walbox's kafka transaction was open for less than the transaction timeout (%s), so this walbox cannot commit any more; its open Kafka transaction is aborted and the slot is not confirmed past the last commit. Run one walbox per slot (or --standby), or give each its own --transactional-id: %v",
+		ErrFenced, e.TransactionalID, e.Timeout, e.Err)
 }
 
 func (e *FencedError) Unwrap() []error { return []error{ErrFenced, e.Err} }
@@ -103,10 +109,13 @@ type TxnProducer interface {
 var _ TxnProducer = (*kgo.Client)(nil)
 
 // StatePosition is what one committed Kafka transaction covers: the commit
-// LSN and end LSN of the last Postgres transaction in it.
+// LSN and end LSN of the last Postgres transaction in it, and the database
+// history they belong to (History.Known is false in records written by a
+// walbox that did not record it).
 type StatePosition struct {
 	CommitLSN pglogrepl.LSN
 	EndLSN    pglogrepl.LSN
+	History   History
 }
 
 // StateStore reads the state topic. Implementations must be safe for
@@ -115,25 +124,33 @@ type StateStore interface {
 	// Topic is the state topic's name; the relay writes the position record
 	// to it inside each transaction.
 	Topic() string
-	// Ensure creates the topic if it is missing; the relay calls it once,
-	// before it first reads.
-	Ensure(ctx context.Context) error
+	// Ensure creates the topic if it is missing and refuses one that
+	// cannot hold the positions; the relay calls it at the start of every
+	// session, before it reads. Warnings go to log.
+	Ensure(ctx context.Context, log *slog.Logger) error
 	// Last returns the position last committed under key, the zero
 	// position if there is none. It reads only committed records.
 	Last(ctx context.Context, key string) (StatePosition, error)
 }
 
-// stateValue is the JSON value of a state record.
+// stateValue is the JSON value of a state record. SystemID, Timeline and
+// Database are absent from records of walboxes before they were recorded;
+// such records are still read (resumeFrom).
 type stateValue struct {
 	Slot      string `json:"slot"`
 	CommitLSN string `json:"commit_lsn"`
 	EndLSN    string `json:"end_lsn"`
 	// Records is the number of outbox records in the transaction.
-	Records int `json:"records"`
+	Records  int    `json:"records"`
+	SystemID string `json:"system_id,omitempty"`
+	Timeline int32  `json:"timeline,omitempty"`
+	Database string `json:"database,omitempty"`
 }
 
-func encodeState(slot string, p StatePosition, records int) []byte {
-	b, _ := json.Marshal(stateValue{Slot: slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records})
+func encodeState(p StatePosition, records int) []byte {
+	h := p.History
+	b, _ := json.Marshal(stateValue{Slot: h.Slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records,
+		SystemID: h.SystemID, Timeline: h.Timeline, Database: h.Database})
 	return b
 }
 
@@ -150,7 +167,8 @@ func decodeState(b []byte) (StatePosition, error) {
 	if err != nil {
 		return StatePosition{}, fmt.Errorf("end_lsn: %w", err)
 	}
-	return StatePosition{CommitLSN: c, EndLSN: e}, nil
+	return StatePosition{CommitLSN: c, EndLSN: e,
+		History: History{SystemID: v.SystemID, Timeline: v.Timeline, Database: v.Database, Slot: v.Slot}}, nil
 }
 
 // KafkaState is the StateStore walbox runs with: a compacted topic with one
@@ -171,11 +189,18 @@ func NewKafkaState(kc KafkaConfig, topic string) *KafkaState {
 // Topic returns the state topic's name.
 func (s *KafkaState) Topic() string { return s.topic }
 
-// Ensure creates the state topic if it is missing: one partition (the
-// positions of one key must stay in order), cleanup.policy=compact (only the
-// last position of each key matters), segment.ms 10 minutes, the brokers'
-// default replication.
-func (s *KafkaState) Ensure(ctx context.Context) error {
+// Ensure checks the state topic, creating it if it is missing: one
+// partition (the positions of one key must stay in order, and Last reads
+// partition 0 only), cleanup.policy=compact (only the last position of each
+// key matters; a delete policy would drop positions still needed),
+// segment.ms 10 minutes, replication factor min(3, brokers). An existing
+// topic with several partitions or another cleanup policy is refused
+// (ErrStateTopic), with the fix. A replication factor below 2 is logged as
+// a warning: a broker loss would make the positions unavailable. The relay
+// calls it at the start of every session: a topic deleted meanwhile is
+// created again with these settings, never by the producer's
+// auto-creation with the brokers' defaults.
+func (s *KafkaState) Ensure(ctx context.Context, log *slog.Logger) error {
 	cl, err := kgo.NewClient(s.kc.connOpts()...)
 	if err != nil {
 		return err
@@ -184,45 +209,104 @@ func (s *KafkaState) Ensure(ctx context.Context) error {
 	adm := kadm.NewClient(cl)
 	// Look first: creating needs CREATE permission even when the topic
 	// exists, and an operator may have created it for a walbox without it.
-	if td, err := adm.ListTopics(ctx, s.topic); err == nil && td.Has(s.topic) && td[s.topic].Err == nil {
-		return nil
+	td, err := adm.ListTopics(ctx, s.topic)
+	if err != nil {
+		return fmt.Errorf("list the state topic %q: %w", s.topic, err)
 	}
+	if d, ok := td[s.topic]; ok && td.Has(s.topic) {
+		if d.Err != nil {
+			return fmt.Errorf("state topic %q: %w", s.topic, d.Err)
+		}
+		return s.check(ctx, adm, d, log)
+	}
+	brokers, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return fmt.Errorf("list the brokers to create the state topic %q: %w", s.topic, err)
+	}
+	rf := int16(min(3, max(1, len(brokers.Brokers))))
 	// Segments of 10 minutes let the cleaner compact all but the newest
 	// records soon, so the topic stays about one record per key.
 	compact, segment := "compact", "600000"
-	_, err = adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact, "segment.ms": &segment}, s.topic)
+	_, err = adm.CreateTopic(ctx, 1, rf, map[string]*string{"cleanup.policy": &compact, "segment.ms": &segment}, s.topic)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create the state topic %q (1 partition, cleanup.policy=compact): %w; create it yourself, or grant walbox CREATE on the cluster, or set --state-topic to an existing compacted topic", s.topic, err)
+		return fmt.Errorf("create the state topic %q (1 partition, cleanup.policy=compact, replication factor %d): %w; create it yourself, or grant walbox CREATE on the cluster, or set --state-topic to an existing compacted topic with 1 partition", s.topic, rf, err)
+	}
+	if err == nil {
+		log.Info("exactly-once: created the state topic", "state_topic", s.topic, "partitions", 1, "replication_factor", rf, "cleanup_policy", compact)
+		if rf < 2 {
+			log.Warn("exactly-once: the state topic has a single replica, as the cluster has one broker: losing that broker loses the committed positions", "state_topic", s.topic, "replication_factor", rf)
+		}
 	}
 	return nil
 }
 
-// Last returns the last position recorded under key, reading with
-// read_committed up to the topic's last stable offset.
+// check refuses an existing state topic walbox cannot rely on.
+func (s *KafkaState) check(ctx context.Context, adm *kadm.Client, d kadm.TopicDetail, log *slog.Logger) error {
+	if n := len(d.Partitions); n != 1 {
+		return &StateTopicError{Topic: s.topic, Problem: fmt.Sprintf("it has %d partitions, and walbox reads the positions from partition 0 only", n)}
+	}
+	for _, p := range d.Partitions {
+		if rf := len(p.Replicas); rf < 2 {
+			log.Warn("exactly-once: the state topic has a single replica: losing its broker loses the committed positions; raise its replication factor (kafka-reassign-partitions)", "state_topic", s.topic, "replication_factor", rf)
+		}
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, s.topic)
+	if err == nil {
+		var rc kadm.ResourceConfig
+		if rc, err = rcs.On(s.topic, nil); err == nil {
+			err = rc.Err
+		}
+		if err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "cleanup.policy" && c.Value != nil && *c.Value != "compact" {
+					return &StateTopicError{Topic: s.topic, Problem: fmt.Sprintf("its cleanup.policy is %q, which drops positions walbox still needs; only compact keeps each key's last one", *c.Value)}
+				}
+			}
+			return nil
+		}
+	}
+	// Describing configs needs DESCRIBE_CONFIGS; an operator who created
+	// the topic may not have granted it. Not knowing is not a refusal.
+	log.Warn("exactly-once: could not read the state topic's cleanup.policy; make sure it is compact", "state_topic", s.topic, "err", err)
+	return nil
+}
+
+// Last returns the last committed position recorded under key.
+//
+// It reads read_uncommitted up to the high watermark and decides itself
+// what is committed, from the transaction markers: a record under key
+// counts once its producer's commit marker follows it, and is dropped by an
+// abort marker. Reading read_committed up to the last stable offset would
+// stop at the first transaction still open on the partition, and the state
+// topic is shared: while another walbox's transaction is open (up to its
+// transaction timeout), this one would read a position older than its own
+// last commit and produce committed transactions again. The caller loads
+// the producer id of key's transactional id first, which completes or
+// aborts that id's own open transaction, so every record under key before
+// the high watermark has its marker. A record under key without one (a
+// writer of key that is not walbox's transactional id) is not a position.
 //
 // It reads backwards in growing windows: the last records first (one walbox
 // per transactional id writes one record per transaction, so its last
 // position is usually among them), then further back only if key is not
-// found there. Control records (transaction markers) are kept so that a
-// read ends exactly at the last stable offset even when the last records
-// before it were aborted.
+// found there.
 func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error) {
 	var zero StatePosition
 	cl, err := kgo.NewClient(s.kc.connOpts()...)
 	if err != nil {
 		return zero, err
 	}
-	offsets, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, s.topic)
+	offsets, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.topic)
 	cl.Close()
 	if err != nil {
-		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, err)
+		return zero, fmt.Errorf("list the high watermark of the state topic %q: %w", s.topic, err)
 	}
 	lo, ok := offsets.Lookup(s.topic, 0)
 	if !ok {
 		return zero, fmt.Errorf("state topic %q: partition 0 not listed; does the topic exist?", s.topic)
 	}
 	if lo.Err != nil {
-		return zero, fmt.Errorf("list the last stable offset of the state topic %q: %w", s.topic, lo.Err)
+		return zero, fmt.Errorf("list the high watermark of the state topic %q: %w", s.topic, lo.Err)
 	}
 	end := lo.Offset
 	for window := int64(1024); ; window *= 16 {
@@ -234,7 +318,8 @@ func (s *KafkaState) Last(ctx context.Context, key string) (StatePosition, error
 	}
 }
 
-// read returns the last position under key among the offsets [from, end).
+// read returns the last committed position under key among the offsets
+// [from, end); see Last.
 func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (StatePosition, bool, error) {
 	var pos StatePosition
 	found := false
@@ -242,7 +327,7 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 		return pos, false, nil
 	}
 	cl, err := kgo.NewClient(append(s.kc.connOpts(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
 		// Offsets below the log start (deleted or compacted away) reset
 		// to the start.
@@ -254,6 +339,9 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 		return pos, false, err
 	}
 	defer cl.Close()
+	// pending holds, per producer id, the last position under key of its
+	// transaction not yet ended by a marker.
+	pending := map[int64]StatePosition{}
 	next := from
 	for next < end {
 		fs := cl.PollFetches(ctx)
@@ -268,7 +356,23 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 		var derr error
 		fs.EachRecord(func(r *kgo.Record) {
 			next = max(next, r.Offset+1)
-			if r.Offset >= end || r.Attrs.IsControl() || string(r.Key) != key {
+			if r.Offset >= end {
+				return
+			}
+			if r.Attrs.IsControl() {
+				p, ok := pending[r.ProducerID]
+				if !ok {
+					return
+				}
+				delete(pending, r.ProducerID)
+				// The key of a marker: version (int16), type (int16):
+				// 0 abort, 1 commit.
+				if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1 {
+					pos, found = p, true
+				}
+				return
+			}
+			if string(r.Key) != key {
 				return
 			}
 			p, err := decodeState(r.Value)
@@ -276,7 +380,11 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 				derr = fmt.Errorf("state topic %q offset %d (key %q): %w; the topic holds records walbox did not write: give --state-topic a topic of walbox's own", s.topic, r.Offset, key, err)
 				return
 			}
-			pos, found = p, true
+			if !r.Attrs.IsTransactional() {
+				pos, found = p, true // no marker will come
+				return
+			}
+			pending[r.ProducerID] = p
 		})
 		if derr != nil {
 			return pos, false, derr
@@ -286,7 +394,7 @@ func (s *KafkaState) read(ctx context.Context, key string, from, end int64) (Sta
 }
 
 // stateRecord is the record that states, inside a Kafka transaction, the
-// position it covers.
-func stateRecord(topic, key, slot string, p StatePosition, records int) *kgo.Record {
-	return &kgo.Record{Topic: topic, Key: []byte(key), Value: encodeState(slot, p, records)}
+// position it covers and its history.
+func stateRecord(topic, key string, p StatePosition, records int) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: encodeState(p, records)}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
@@ -43,11 +45,6 @@ func startEOSRelay(t *testing.T, conn *pgx.Conn, dsn string, brokers []string, s
 	relayN++
 	log := testLogger(t).With("relay", relayN)
 	reg := prometheus.NewRegistry()
-	kc := pipeline.KafkaConfig{Brokers: brokers, MaxBufferedRecords: 2002, TransactionalID: pipeline.TransactionalIDFor(slot)}
-	cl, err := pipeline.NewKafkaClient(kc, log, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rt, err := router.New(router.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +62,23 @@ func startEOSRelay(t *testing.T, conn *pgx.Conn, dsn string, brokers []string, s
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	// A new client per session, as walbox run does; the last one is closed
+	// after Run.
+	kc := pipeline.KafkaConfig{Brokers: brokers, MaxBufferedRecords: 2002, TransactionalID: pipeline.TransactionalIDFor(slot),
+		TransactionTimeout: cfg.TransactionTimeout}
+	cl, err := pipeline.NewKafkaClient(kc, log, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Pointer[kgo.Client]
+	current.Store(cl)
+	cfg.NewTxnProducer = func() (pipeline.TxnProducer, error) {
+		next, err := pipeline.NewKafkaClient(kc, log, reg)
+		if err == nil {
+			current.Store(next)
+		}
+		return next, err
+	}
 	relay, err := pipeline.New(cfg, cl, rt, reg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +87,7 @@ func startEOSRelay(t *testing.T, conn *pgx.Conn, dsn string, brokers []string, s
 	r := &eosRun{relay: relay, reg: reg, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		r.done <- relay.Run(rctx, start)
-		cl.Close()
+		current.Load().Close()
 	}()
 	return r
 }
@@ -268,5 +282,118 @@ func TestRelayExactlyOnceAcrossKills(t *testing.T) {
 				t.Errorf("the second instance skipped %v transactions, more than the first committed", skipped)
 			}
 		})
+	}
+}
+
+// TestRelayExactlyOnceSurvivesAFrozenBroker: Kafka transactions outlive
+// the transaction timeout. First the broker is frozen (SIGSTOP) for longer
+// than it while walbox streams (after the resume walbox may commit before
+// the broker's cleanup aborts it); then walbox itself stalls between
+// producing a transaction and committing it, so the broker aborts it and
+// bumps the epoch for sure. walbox used to take that for fencing and stop
+// for good; it must go on streaming in the same process, every event
+// delivered once.
+func TestRelayExactlyOnceSurvivesAFrozenBroker(t *testing.T) {
+	fulltest.Require(t, "a real broker frozen past the transaction timeout; the short run times a transaction out on kfake")
+	broker := kafkatest.Start(t, kafkatest.WithProperty("transaction.abort.timed.out.transaction.cleanup.interval.ms", "500"))
+	if !broker.CanFault() {
+		t.Skip("the broker is external: it cannot be frozen")
+	}
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	const slot = "eos_frozen"
+	scfg := slotctl.Config{Table: "public.outbox", Slot: slot, Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	aggType := "frozen" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	var stall atomic.Bool
+	stalled := make(chan struct{})
+	run := startEOSRelay(t, conn, srv.DSN("postgres"), broker.Addrs(), slot, "walbox.state.frozen", func(c *pipeline.Config) {
+		c.TransactionTimeout = 5 * time.Second
+		c.TransactionMaxRecords, c.TransactionMaxInterval = 100, 200*time.Millisecond
+		c.StatusInterval = time.Second
+		c.TxnPhase = func(p string) {
+			if p == pipeline.PhaseProduced && stall.CompareAndSwap(true, false) {
+				close(stalled)
+				time.Sleep(8 * time.Second) // past the timeout, before the commit
+			}
+		}
+	})
+	gen := outboxtest.NewGenerator(11, 10, aggType)
+	var written []outboxtest.Event
+	write := func(n int) {
+		t.Helper()
+		for range n {
+			evs := gen.Batch(5)
+			if err := outboxtest.WriteTx(ctx, conn, evs); err != nil {
+				t.Fatal(err)
+			}
+			written = append(written, evs...)
+		}
+	}
+	write(20)
+	waitFor(t, time.Minute, "the first kafka transaction to commit", func() bool {
+		return metricValue(t, run.reg, "walbox_kafka_transactions_total", "result", "committed") >= 1
+	})
+	if err := broker.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	write(20) // routed into a transaction the frozen broker cannot commit
+	time.Sleep(12 * time.Second)
+	if err := broker.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	write(20)
+	stall.Store(true)
+	write(20)
+	select {
+	case <-stalled:
+	case <-time.After(time.Minute):
+		t.Fatal("no transaction reached the stall")
+	}
+	write(20)
+	consumer, err := outboxtest.NewConsumer(broker.Addrs(), "outbox\\.event\\."+aggType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(written) })
+	if err != nil {
+		t.Fatalf("consume: %v (report: %v)", err, outboxtest.Check(written, got))
+	}
+	select {
+	case err := <-run.done:
+		t.Fatalf("the relay stopped: %v", err)
+	default:
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	more, _ := consumer.Poll(pctx)
+	pcancel()
+	got = append(got, more...)
+	if err := run.stop(t); err != nil {
+		t.Fatalf("relay: %v", err)
+	}
+	rep := outboxtest.Check(written, got)
+	t.Logf("report: %v; kafka transaction timeouts %v, aborted %v", rep,
+		metricValue(t, run.reg, "walbox_kafka_transaction_timeouts_total"),
+		metricValue(t, run.reg, "walbox_kafka_transactions_total", "result", "aborted"))
+	if !rep.OK() || rep.Duplicates != 0 || rep.Delivered != len(written) {
+		t.Fatalf("exactly-once check failed: %v", rep)
+	}
+	if n := metricValue(t, run.reg, "walbox_kafka_transaction_timeouts_total"); n < 1 {
+		t.Errorf("walbox_kafka_transaction_timeouts_total = %v, want the stalled transaction counted", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,14 +51,14 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 	t.Helper()
 	cfg.ConnString, cfg.Slot, cfg.Publication = "postgres://127.0.0.1:1/none", "walbox", "walbox"
 	cfg.Delivery = DeliveryExactlyOnce
-	kc := KafkaConfig{Brokers: c.ListenAddrs(), TransactionalID: TransactionalIDFor("walbox")}
+	kc := KafkaConfig{Brokers: c.ListenAddrs(), TransactionalID: TransactionalIDFor("walbox"), TransactionTimeout: cfg.TransactionTimeout}
 	lb := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(lb, nil))
 	cl, err := NewKafkaClient(kc, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
+	cfg.NewTxnProducer = func() (TxnProducer, error) { return NewKafkaClient(kc, log, nil) }
 	cfg.State = NewKafkaState(KafkaConfig{Brokers: c.ListenAddrs()}, "walbox.state")
 	rt, err := router.New(router.Config{DeadLetterTopic: cfg.DeadLetterTopic, InvalidRows: invalidRows(cfg)})
 	if err != nil {
@@ -70,11 +71,20 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 	}
 	r.tracker = checkpoint.New(start)
 	r.eos.safe = start
+	r.eos.server = testServer
 	el := &eosLoop{relay: r, cl: cl, reg: reg, log: lb}
+	// The relay closes the clients it replaces; the last is the caller's.
+	t.Cleanup(func() { el.relay.eos.txp.(*kgo.Client).Close() })
 	if err := el.newSession(t); err != nil {
 		t.Fatal(err)
 	}
 	return el
+}
+
+// testServer is the history the unit tests' relays stream from.
+var testServer = serverHistory{
+	History: History{SystemID: "7000000000000000001", Timeline: 1, Database: "postgres", Slot: "walbox"},
+	WALEnd:  0xFFFFFFFF,
 }
 
 // newSession starts a session as session() does: tracker reset to what
@@ -86,7 +96,9 @@ func (el *eosLoop) newSession(t *testing.T) error {
 	r.tracker = checkpoint.New(r.eos.safe)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.eosStartSession(ctx); err != nil {
+	err := r.eosStartSession(ctx)
+	el.cl = r.eos.txp.(*kgo.Client)
+	if err != nil {
 		return err
 	}
 	l := &loop{Relay: r, produceCtx: context.Background(), lastReceive: time.Now(),
@@ -227,7 +239,7 @@ func TestEOSBatchesWholePostgresTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pos != (StatePosition{CommitLSN: 0x4000, EndLSN: 0x4010}) {
+	if pos != (StatePosition{CommitLSN: 0x4000, EndLSN: 0x4010, History: testServer.History}) {
 		t.Fatalf("state position %+v, want commit 0/4000 end 0/4010", pos)
 	}
 	hist := testutil.CollectAndCount(el.reg, "walbox_kafka_transaction_records")
@@ -354,9 +366,13 @@ func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := td[eosTopic].ID
+	// Disarmed after the retry: a new session's fresh client sends b1 in
+	// a request of its own, which must not be refused.
+	var armed atomic.Bool
+	armed.Store(true)
 	refuse := func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.ProduceRequest)
-		if len(req.Topics) != 1 || (req.Topics[0].Topic != eosTopic && req.Topics[0].TopicID != id) {
+		if !armed.Load() || len(req.Topics) != 1 || (req.Topics[0].Topic != eosTopic && req.Topics[0].TopicID != id) {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -380,6 +396,7 @@ func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
 	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
+	armed.Store(false)
 	if err := el.txn(t, 0x2000, "b1"); err != nil {
 		t.Fatalf("after the retry: %v", err)
 	}
@@ -487,10 +504,10 @@ func TestKafkaStateLastReadsBackwards(t *testing.T) {
 	ctx := context.Background()
 	kc := KafkaConfig{Brokers: c.ListenAddrs()}
 	st := NewKafkaState(kc, "walbox.state")
-	if err := st.Ensure(ctx); err != nil {
+	if err := st.Ensure(ctx, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Ensure(ctx); err != nil { // exists now
+	if err := st.Ensure(ctx, slog.New(slog.DiscardHandler)); err != nil { // exists now
 		t.Fatalf("second Ensure: %v", err)
 	}
 	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{}) {
@@ -520,12 +537,12 @@ func TestKafkaStateLastReadsBackwards(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	txn(true, stateRecord("walbox.state", "a", "s", StatePosition{CommitLSN: 0x10, EndLSN: 0x18}, 1))
+	txn(true, stateRecord("walbox.state", "a", StatePosition{CommitLSN: 0x10, EndLSN: 0x18, History: History{Slot: "s"}}, 1))
 	for i := range 1500 { // more than the first window, of another key
-		txn(true, stateRecord("walbox.state", "b", "s", StatePosition{CommitLSN: pglogrepl.LSN(0x100 + i), EndLSN: pglogrepl.LSN(0x108 + i)}, 1))
+		txn(true, stateRecord("walbox.state", "b", StatePosition{CommitLSN: pglogrepl.LSN(0x100 + i), EndLSN: pglogrepl.LSN(0x108 + i), History: History{Slot: "s"}}, 1))
 	}
-	txn(false, stateRecord("walbox.state", "b", "s", StatePosition{CommitLSN: 0x9000, EndLSN: 0x9008}, 1))
-	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{CommitLSN: 0x10, EndLSN: 0x18}) {
+	txn(false, stateRecord("walbox.state", "b", StatePosition{CommitLSN: 0x9000, EndLSN: 0x9008, History: History{Slot: "s"}}, 1))
+	if pos, err := st.Last(ctx, "a"); err != nil || pos != (StatePosition{CommitLSN: 0x10, EndLSN: 0x18, History: History{Slot: "s"}}) {
 		t.Fatalf("Last(a) = %+v, %v; want 0/10 0/18 from far back", pos, err)
 	}
 	if pos, err := st.Last(ctx, "b"); err != nil || pos.CommitLSN != 0x100+1499 {
@@ -567,5 +584,247 @@ func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
 	el.finish(t)
 	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 a2 b1" {
 		t.Fatalf("read_committed saw %q, want a1 a2 b1", got)
+	}
+}
+
+// TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction: a
+// non-transactional outbox message is dead-lettered as a unit of its own
+// whose position is the end of its WAL record, which can be exactly the
+// commit LSN of the next transaction (seen on real Postgres: both
+// 0/15055C0). Its Kafka transaction commits; the instance dies before the
+// next transaction is committed. The restart must produce that transaction:
+// it used to be skipped, as its commit LSN was "<=" the stored position.
+func TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq", MessagePrefix: "outbox"}
+	first := newEOSLoop(t, c, cfg, 1)
+	first.wal(t, pgMessage(false, 0x1000, "outbox", "not an event"))
+	if err := first.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(first.eos.m.committed); n != 1 {
+		t.Fatalf("committed %v kafka transactions for the dead-lettered message, want 1", n)
+	}
+	// The transaction whose commit record starts where the message's
+	// record ends; its Kafka transaction never commits (the instance dies).
+	second := newEOSLoop(t, c, cfg, 1)
+	if err := second.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	second.finish(t)
+	if n := testutil.ToFloat64(second.eos.m.skipped); n != 0 {
+		t.Fatalf("skipped %v transactions, want 0: the stored position is the message's, not the transaction's", n)
+	}
+	got := readCommitted(t, c, eosTopic)
+	if strings.Join(got, " ") != "a1" {
+		t.Fatalf("read_committed saw %v on %s, want a1", got, eosTopic)
+	}
+}
+
+// TestEOSRegainedSlotLoadsAFreshProducerID: in standby mode the slot goes
+// from A to B and back. B's producer id load fenced A; when A streams
+// again its next session must load the producer id afresh, which fences B
+// and aborts the transaction B left open. It used to keep the cached epoch:
+// A's first commit failed "fenced" and B's open transaction blocked
+// read_committed consumers until the transaction timeout.
+func TestEOSRegainedSlotLoadsAFreshProducerID(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
+	a := newEOSLoop(t, c, cfg, 1)
+	if err := a.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	// B takes the slot over, commits one transaction and dies with the
+	// next one open (its record is in the log, uncommitted).
+	b := newEOSLoop(t, c, cfg, 0x1010)
+	if err := b.txn(t, 0x2000, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	b.wal(t, pgBegin(0x3000, 0x3000))
+	b.wal(t, pgInsert(outboxRel, "id-x1", "a", `{"n":"x1"}`))
+	if err := b.cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A regains the slot: the server sends from A's confirmed position.
+	if err := a.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range []struct {
+		commit pglogrepl.LSN
+		row    string
+	}{{0x2000, "b1"}, {0x3000, "c1"}} {
+		if err := a.txn(t, tx.commit, tx.row); err != nil {
+			t.Fatalf("A after regaining the slot, transaction %s: %v", tx.commit, err)
+		}
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 b1 c1" {
+		t.Fatalf("read_committed saw %q, want a1 b1 c1 (B's open transaction aborted)", got)
+	}
+}
+
+// TestEOSFencedErrorIsNotDoubled: the promise of the state record and the
+// failed commit both see the fence; the error used to carry the advice
+// twice, one FencedError wrapped in another.
+func TestEOSFencedErrorIsNotDoubled(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour}
+	first := newEOSLoop(t, c, cfg, 1)
+	if err := first.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	_ = newEOSLoop(t, c, cfg, 1) // fences the first
+	first.eos.full = true
+	err := first.tick(t)
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("commit of the fenced instance: %v, want ErrFenced", err)
+	}
+	if n := strings.Count(err.Error(), ErrFenced.Error()); n != 1 {
+		t.Fatalf("the error names %q %d times, want once: %v", ErrFenced, n, err)
+	}
+}
+
+// TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction: two
+// walboxes share the default state topic. While B's Kafka transaction is
+// open, A commits two transactions; the records are past B's open one, so
+// a read_committed read up to the last stable offset did not see them, and
+// A's next session (or its successor after a restart) read an older
+// position of its own and produced A and B's rows again.
+func TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
+	a := newEOSLoop(t, c, cfg, 1) // creates the state topic
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("walbox-other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rec := stateRecord("walbox.state", "walbox-other", StatePosition{CommitLSN: 0x50, EndLSN: 0x60, History: History{Slot: "other"}}, 1)
+	if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range []struct {
+		commit pglogrepl.LSN
+		row    string
+	}{{0x1000, "a1"}, {0x2000, "b1"}} {
+		if err := a.txn(t, tx.commit, tx.row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := func(el *eosLoop) {
+		t.Helper()
+		for _, tx := range []struct {
+			commit pglogrepl.LSN
+			row    string
+		}{{0x1000, "a1"}, {0x2000, "b1"}} {
+			if err := el.txn(t, tx.commit, tx.row); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testutil.ToFloat64(el.eos.m.skipped); n != 2 {
+			t.Errorf("skipped %v transactions, want the 2 this instance committed", n)
+		}
+	}
+	t.Run("the same process, next session", func(t *testing.T) {
+		if err := a.newSession(t); err != nil {
+			t.Fatal(err)
+		}
+		replay(a)
+	})
+	t.Run("a restarted process", func(t *testing.T) {
+		replay(newEOSLoop(t, c, cfg, 1))
+	})
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1 b1" {
+		t.Fatalf("read_committed saw %q, want a1 b1 once each", got)
+	}
+}
+
+// TestEOSTransactionTimeoutRestartsTheSession: a Kafka transaction stays
+// open longer than the transaction timeout (a Kafka stall, a slow large
+// Postgres transaction) and the broker aborts it, bumping the epoch. walbox
+// took that for fencing and stopped for good ("another producer ...
+// started"); it must restart the session from the committed position and
+// deliver the transaction then.
+func TestEOSTransactionTimeoutRestartsTheSession(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: 300 * time.Millisecond}, 1)
+	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the broker aborts the open transaction
+	el.eos.full = true
+	err := el.tick(t)
+	if errors.Is(err, ErrFenced) || !isTxnAborted(err) {
+		t.Fatalf("commit of the timed-out transaction: %v, want a session restart, not ErrFenced", err)
+	}
+	if ferr := el.relay.failureErr(); ferr != nil {
+		t.Fatalf("relay failed: %v", ferr)
+	}
+	if !strings.Contains(err.Error(), "--transaction-timeout") || !strings.Contains(err.Error(), "300ms") {
+		t.Errorf("the restart does not name the timeout and its option: %v", err)
+	}
+	if n := testutil.ToFloat64(el.eos.m.timeouts); n != 1 {
+		t.Errorf("walbox_kafka_transaction_timeouts_total = %v, want 1", n)
+	}
+	if err := el.newSession(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	el.finish(t)
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1" {
+		t.Fatalf("read_committed saw %q, want a1", got)
+	}
+}
+
+// TestCheckTransactionTimeout: a timeout above the brokers'
+// transaction.max.timeout.ms is refused at start, naming both.
+func TestCheckTransactionTimeout(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{"transaction.max.timeout.ms": "120000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	kc := KafkaConfig{Brokers: c.ListenAddrs()}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		timeout time.Duration
+		wantErr bool
+	}{{0, false}, {2 * time.Minute, false}, {5 * time.Minute, true}} {
+		err := CheckTransactionTimeout(ctx, kc, tt.timeout)
+		if tt.wantErr != (err != nil) {
+			t.Errorf("CheckTransactionTimeout(%s) = %v, want error %v", tt.timeout, err, tt.wantErr)
+		}
+		if tt.wantErr && (!errors.Is(err, ErrTransactionTimeout) || !strings.Contains(err.Error(), "2m0s") || !strings.Contains(err.Error(), "5m0s")) {
+			t.Errorf("error %v does not name both timeouts", err)
+		}
+	}
+}
+
+// TestEOSSkippedNonTransactionalMessageIsCounted: a dead-lettered
+// non-transactional message the state topic shows committed is skipped on
+// the replay; it used to be skipped silently, with no metric or log.
+func TestEOSSkippedNonTransactionalMessageIsCounted(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq", MessagePrefix: "outbox"}
+	first := newEOSLoop(t, c, cfg, 1)
+	first.wal(t, pgMessage(false, 0x1000, "outbox", "not an event"))
+	if err := first.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	second := newEOSLoop(t, c, cfg, 1)
+	second.wal(t, pgMessage(false, 0x1000, "outbox", "not an event"))
+	if err := second.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(second.eos.m.skipped); n != 1 {
+		t.Fatalf("walbox_transactions_skipped_total = %v, want 1 for the message", n)
+	}
+	if got := readCommitted(t, c, "dlq"); len(got) != 1 {
+		t.Fatalf("dead-letter topic holds %v, want the message once", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -113,3 +114,74 @@ func isSlotBusy(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55006"
 }
+
+// ErrHistoryMismatch is wrapped by the error walbox stops with in
+// exactly-once mode when the position the state topic holds for its
+// transactional id belongs to another database history (HistoryMismatchError).
+var ErrHistoryMismatch = errors.New("exactly-once state from another database history")
+
+// HistoryMismatchError reports a committed position that walbox must not
+// trust: it was recorded on another Postgres cluster, database, slot or
+// branch of timelines (resumeFrom). Skipping the transactions it seems to
+// cover would lose this database's events, so the relay stops before it
+// confirms anything.
+type HistoryMismatchError struct {
+	TransactionalID string
+	StateTopic      string
+	// State is the history recorded with the position, which ends at
+	// StateLSN; Server is the server's, whose WAL ends at ServerWALEnd.
+	State        History
+	StateLSN     pglogrepl.LSN
+	Server       History
+	ServerWALEnd pglogrepl.LSN
+	Reason       string
+}
+
+func (e *HistoryMismatchError) Error() string {
+	return fmt.Sprintf("%v: the state topic %q holds, for transactional id %q, a committed position that does not belong to this database: %s. "+
+		"State: %s, position %s; this server: %s, WAL up to %s. "+
+		"Skipping by that position would lose this database's transactions, so walbox does not start and confirms nothing. "+
+		"If the database is new, restored or rebuilt, or another cluster uses the same slot name on this Kafka, give this walbox a transactional id of its own (--transactional-id) or another --state-topic; "+
+		"the events Kafka holds under the old id stay as they are",
+		ErrHistoryMismatch, e.StateTopic, e.TransactionalID, e.Reason, e.State, e.StateLSN, e.Server, e.ServerWALEnd)
+}
+
+func (e *HistoryMismatchError) Unwrap() error { return ErrHistoryMismatch }
+
+// ErrStateTopic is wrapped by the error walbox stops with in exactly-once
+// mode when the state topic exists with settings that lose or hide
+// positions (StateTopicError).
+var ErrStateTopic = errors.New("exactly-once state topic unusable")
+
+// StateTopicError reports an existing state topic with several partitions
+// or a cleanup policy other than compact.
+type StateTopicError struct {
+	Topic   string
+	Problem string
+}
+
+func (e *StateTopicError) Error() string {
+	return fmt.Sprintf("%v: state topic %q: %s. Point --state-topic at a topic with 1 partition and cleanup.policy=compact (walbox creates a missing one so), or fix this one "+
+		"(kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact); "+
+		"a new, empty state topic makes the first start produce again what the slot sends from its confirmed position",
+		ErrStateTopic, e.Topic, e.Problem, e.Topic)
+}
+
+func (e *StateTopicError) Unwrap() error { return ErrStateTopic }
+
+// ErrTransactionTimeout is wrapped by TransactionTimeoutError.
+var ErrTransactionTimeout = errors.New("transaction timeout above the brokers' limit")
+
+// TransactionTimeoutError reports a transaction timeout (Config.
+// TransactionTimeout) above the brokers' transaction.max.timeout.ms, which
+// the brokers refuse.
+type TransactionTimeoutError struct {
+	Timeout, BrokerMax time.Duration
+}
+
+func (e *TransactionTimeoutError) Error() string {
+	return fmt.Sprintf("%v: --transaction-timeout %s is above the brokers' transaction.max.timeout.ms (%s), so they would refuse every transaction: lower --transaction-timeout to at most %s, or raise transaction.max.timeout.ms on the brokers",
+		ErrTransactionTimeout, e.Timeout, e.BrokerMax, e.BrokerMax)
+}
+
+func (e *TransactionTimeoutError) Unwrap() error { return ErrTransactionTimeout }

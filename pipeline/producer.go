@@ -134,6 +134,29 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 // getting a whole batch of innocent records refused with it.
 // It connects with c's brokers, TLS and SASL.
 func BrokerMessageMaxBytes(ctx context.Context, c KafkaConfig) (int, error) {
+	return brokerConfigInt(ctx, c, "message.max.bytes")
+}
+
+// CheckTransactionTimeout compares the transaction timeout d (0: the
+// default) with the brokers' transaction.max.timeout.ms: a larger one makes
+// every producer id load fail with INVALID_TRANSACTION_TIMEOUT, so it is
+// refused before walbox streams (*TransactionTimeoutError). Other errors
+// mean the brokers could not be asked (down, or no DescribeConfigs
+// permission); the caller may go on.
+func CheckTransactionTimeout(ctx context.Context, c KafkaConfig, d time.Duration) error {
+	d = cmpOr(d, DefaultTransactionTimeout)
+	ms, err := brokerConfigInt(ctx, c, "transaction.max.timeout.ms")
+	if err != nil {
+		return err
+	}
+	if limit := time.Duration(ms) * time.Millisecond; d > limit {
+		return &TransactionTimeoutError{Timeout: d, BrokerMax: limit}
+	}
+	return nil
+}
+
+// brokerConfigInt asks one broker for the integer config key.
+func brokerConfigInt(ctx context.Context, c KafkaConfig, key string) (int, error) {
 	cl, err := kgo.NewClient(c.connOpts()...)
 	if err != nil {
 		return 0, err
@@ -157,15 +180,15 @@ func BrokerMessageMaxBytes(ctx context.Context, c KafkaConfig) (int, error) {
 		return 0, fmt.Errorf("describe configs of broker %d: %w", id, err)
 	}
 	for _, c := range rc.Configs {
-		if c.Key == "message.max.bytes" && c.Value != nil {
+		if c.Key == key && c.Value != nil {
 			n, err := strconv.Atoi(*c.Value)
 			if err != nil {
-				return 0, fmt.Errorf("broker %d message.max.bytes %q: %w", id, *c.Value, err)
+				return 0, fmt.Errorf("broker %d %s %q: %w", id, key, *c.Value, err)
 			}
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("broker %d does not report message.max.bytes", id)
+	return 0, fmt.Errorf("broker %d does not report %s", id, key)
 }
 
 func cmpOr(d, def time.Duration) time.Duration {

@@ -44,6 +44,13 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.tracker = checkpoint.New(r.eos.safe)
 	}
 	start := r.tracker.Rewind()
+	if r.eos != nil {
+		// What the committed position is checked against, and recorded
+		// with (history.go).
+		if r.eos.server, err = identifyServer(ctx, conn, r.cfg.Slot); err != nil {
+			return false, err
+		}
+	}
 	args := []string{
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
@@ -322,7 +329,7 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		l.metrics.transactions.Inc()
 		l.metrics.receivedLSN.Set(float64(m.EndLSN))
 		if l.eos != nil {
-			l.eosUnitDone(m.CommitLSN, m.EndLSN)
+			l.eosUnitDone(replayKey{commit: m.CommitLSN}, m.EndLSN)
 		}
 	}
 	return nil
@@ -333,7 +340,7 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 // come again, so a transaction past them ends the replay and later changes
 // cost one comparison.
 func (l *loop) replayed(key replayKey) bool {
-	if l.eosSkips(key.commit) {
+	if l.eosSkips(key) {
 		return true
 	}
 	if key.commit <= l.replayUntil {
@@ -435,6 +442,12 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	key := replayKey{commit: m.LSN, ord: nonTransactional}
 	l.lastCommit = max(l.lastCommit, m.LSN)
+	if l.eosSkips(key) {
+		// Dead-lettered and committed in Kafka before: counted and
+		// logged as a skipped unit, like a transaction.
+		l.eosUnitDone(key, m.LSN)
+		return nil
+	}
 	if l.replayed(key) {
 		return nil
 	}
@@ -469,7 +482,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	l.dedup.remember(key)
 	l.produce(rec, im)
 	if standalone && l.eos != nil {
-		l.eosUnitDone(m.LSN, m.LSN)
+		l.eosUnitDone(key, m.LSN)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ import (
 // producer id, which fences a predecessor with the same transactional id
 // and completes or aborts the transaction it left, then reads the last
 // position committed under the id (read_committed) and skips every Postgres
-// transaction that committed at or before it: the slot's confirmed position
+// transaction that ends at or before it (unitCovered): the slot's confirmed position
 // may lag behind what Kafka committed (a crash between commit and confirm),
 // and what was committed must not be produced twice.
 //
@@ -69,6 +69,13 @@ type eosState struct {
 	phase       func(string)
 	m           *eosMetrics
 
+	// timeout is the transaction timeout (Config.TransactionTimeout).
+	timeout time.Duration
+	// txnStart is when BeginTransaction was last called (unix
+	// nanoseconds): the broker's timeout of that Kafka transaction runs
+	// from a little later. Read by promise callbacks too.
+	txnStart atomic.Int64
+
 	// open is set while the current Kafka transaction has records or
 	// Postgres transactions (produced or queued); begun once
 	// BeginTransaction was called for it. began is when it opened.
@@ -95,13 +102,21 @@ type eosState struct {
 	// abort threw away, so nothing past safe is confirmed until a new
 	// session resets the tracker.
 	dirty bool
-	// skipUntil is the commit LSN the state topic holds: Postgres
-	// transactions that committed at or before it are in Kafka already.
-	skipUntil pglogrepl.LSN
+	// skipEnd is the end LSN of the last unit the state topic shows
+	// committed: every unit that ends at or before it is in Kafka already
+	// (unitCovered).
+	skipEnd pglogrepl.LSN
+	// server is the history of the server this session streams from;
+	// positions are committed with it and checked against it.
+	server serverHistory
+	// lastCommitted is the position of this process's last commit.
+	lastCommitted StatePosition
+	// sessions counts the sessions started; replaced is set once the
+	// client of the previous one was closed (eosFreshProducer).
+	sessions int
+	replaced bool
 	// skipped counts the Postgres transactions skipped this session.
 	skipped int
-	// ensured is set once the state topic is known to exist.
-	ensured bool
 	// fenced is set once another producer took over the transactional id;
 	// from then on nothing is committed or confirmed. Set from promise
 	// callbacks too.
@@ -126,10 +141,33 @@ func newEOSState(cfg Config, txp TxnProducer, reg prometheus.Registerer) *eosSta
 		txnID:       cfg.transactionalID(),
 		maxRecords:  cfg.TransactionMaxRecords,
 		maxInterval: cfg.TransactionMaxInterval,
+		timeout:     cfg.TransactionTimeout,
 		phase:       cfg.TxnPhase,
 		m:           newEOSMetrics(reg),
 		divert:      map[replayKey]error{},
 	}
+}
+
+// timedOut reports whether the Kafka transaction begun last has been open
+// for the transaction timeout: a fence error then means, most likely, that
+// the broker aborted it for its age (and bumped the epoch), not that
+// another producer took the id over. Either way restarting the session is
+// safe: the new session streams only once it holds the slot, which no
+// other walbox can hold at the same time, and loads the producer id afresh.
+// Safe for concurrent use.
+func (e *eosState) timedOut() bool {
+	start := e.txnStart.Load()
+	return start != 0 && e.timeout > 0 && time.Since(time.Unix(0, start)) >= e.timeout
+}
+
+// timeoutAbort is the cause of a session restart after the broker aborted
+// a Kafka transaction older than the timeout.
+func (e *eosState) timeoutAbort(err error) error {
+	if errors.Is(err, errTimedOut) {
+		return err
+	}
+	return fmt.Errorf("%w: the kafka transaction of %q was open %s, at least the transaction timeout (%s), so the broker aborted it: %w; the session restarts from the committed position. If a Kafka stall caused it, nothing is to be done; if a Postgres transaction takes that long to produce, raise --transaction-timeout (at most the brokers' transaction.max.timeout.ms)",
+		errTimedOut, e.txnID, time.Since(time.Unix(0, e.txnStart.Load())).Round(time.Millisecond), e.timeout, err)
 }
 
 func (e *eosState) hook(phase string) {
@@ -177,18 +215,23 @@ func (e *eosState) addDivert(k replayKey, err error) {
 	e.divertMu.Unlock()
 }
 
-// forgetDiverted drops the diverted keys a commit covered.
-func (e *eosState) forgetDiverted(upTo pglogrepl.LSN) {
+// forgetDiverted drops the diverted keys of the units a commit covered, the
+// commit's position ending at end.
+func (e *eosState) forgetDiverted(end pglogrepl.LSN) {
 	e.divertMu.Lock()
 	for k := range e.divert {
-		if k.commit <= upTo {
+		if unitCovered(k, end) {
 			delete(e.divert, k)
 		}
 	}
 	e.divertMu.Unlock()
 }
 
+// errTimedOut marks an abort request that timeoutAbort already explained.
+var errTimedOut = errors.New("kafka transaction timed out")
+
 type eosMetrics struct {
+	timeouts   prometheus.Counter
 	committed  prometheus.Counter
 	aborted    prometheus.Counter
 	records    prometheus.Histogram
@@ -204,6 +247,10 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		Help: "Kafka transactions ended (--delivery exactly-once), by result: committed or aborted.",
 	}, []string{"result"})
 	return &eosMetrics{
+		timeouts: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_kafka_transaction_timeouts_total",
+			Help: "Kafka transactions the broker aborted because they were open longer than the transaction timeout (--transaction-timeout); each restarts the session from the committed position.",
+		}),
 		committed: txns.WithLabelValues("committed"),
 		aborted:   txns.WithLabelValues("aborted"),
 		records: f.NewHistogram(prometheus.HistogramOpts{
@@ -213,7 +260,7 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		}),
 		commitTime: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "walbox_kafka_transaction_commit_seconds",
-			Help:    "Time from the start of a Kafka transaction's flush to the end of its commit (EndTransaction), during which no WAL is read.",
+			Help:    "Time from the start of a Kafka transaction's flush to the end of its commit (EndTransaction). WAL is still read meanwhile; the records routed wait for the next transaction, counted against the in-flight limits.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		stateLSN: f.NewGauge(prometheus.GaugeOpts{
@@ -222,15 +269,35 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		}),
 		skipped: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_transactions_skipped_total",
-			Help: "Postgres transactions the slot sent again that the state topic shows committed in Kafka already, not produced again.",
+			Help: "Postgres transactions, and dead-lettered non-transactional outbox messages, that the slot sent again and the state topic shows committed in Kafka already: not produced again.",
 		}),
 	}
 }
 
-// eosSkips reports whether a change of the Postgres transaction that
-// committed at commit is in Kafka already.
-func (l *loop) eosSkips(commit pglogrepl.LSN) bool {
-	return l.eos != nil && commit <= l.eos.skipUntil
+// unitCovered reports whether the unit of key (a Postgres transaction, or a
+// dead-lettered non-transactional message when key.ord is
+// nonTransactional) ends at or before end, the end LSN of a committed
+// position.
+//
+// Units are ordered by where they end, never by their commit LSNs, which can
+// collide: a non-transactional message's unit is at the end of its WAL
+// record, which is where the next record starts, and that can be the next
+// transaction's commit record (seen on real Postgres: both 0/15055C0). Ends
+// cannot collide: every unit ends at the end of a WAL record of its own. A
+// transaction's end is not known before its Commit message, but no record
+// ends inside its commit record, so it ends at or before end exactly when
+// its commit LSN is below end; a message's unit ends at its LSN.
+func unitCovered(key replayKey, end pglogrepl.LSN) bool {
+	if key.ord == nonTransactional {
+		return key.commit <= end
+	}
+	return key.commit < end
+}
+
+// eosSkips reports whether the unit of key (a change's transaction, or a
+// non-transactional message) is in Kafka already.
+func (l *loop) eosSkips(key replayKey) bool {
+	return l.eos != nil && unitCovered(key, l.eos.skipEnd)
 }
 
 // eosStartSession runs before a session streams: it aborts a transaction a
@@ -238,6 +305,9 @@ func (l *loop) eosSkips(commit pglogrepl.LSN) bool {
 // reads the committed position.
 func (r *Relay) eosStartSession(ctx context.Context) error {
 	e := r.eos
+	if err := r.eosFreshProducer(ctx); err != nil {
+		return err
+	}
 	if e.begun || e.open {
 		if err := r.eosAbortTxn(ctx); err != nil {
 			return err
@@ -253,17 +323,34 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	// retry rather than hang.
 	sctx, cancel := context.WithTimeout(ctx, stateReadTimeout)
 	defer cancel()
-	if !e.ensured {
-		if err := e.state.Ensure(sctx); err != nil {
-			return &txnAbortedError{err}
+	if err := e.state.Ensure(sctx, r.log); err != nil {
+		if errors.Is(err, ErrStateTopic) {
+			return err // only an operator can fix it
 		}
-		e.ensured = true
+		return &txnAbortedError{err}
 	}
 	pos, err := e.state.Last(sctx, e.txnID)
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
-	e.skipUntil = pos.CommitLSN
+	if e.lastCommitted.EndLSN > pos.EndLSN {
+		// Never older than what this process committed itself, whatever
+		// the read saw (a compaction race, a lagging replica).
+		pos = e.lastCommitted
+	}
+	skipEnd, warning, err := resumeFrom(pos, e.server)
+	if err != nil {
+		var hm *HistoryMismatchError
+		if errors.As(err, &hm) {
+			hm.TransactionalID, hm.StateTopic = e.txnID, e.state.Topic()
+		}
+		return err
+	}
+	if warning != "" {
+		r.log.Warn(warning, "transactional_id", e.txnID, "state_topic", e.state.Topic(),
+			"state_history", pos.History.String(), "server_history", e.server.History.String())
+	}
+	e.skipEnd = skipEnd
 	e.skipped = 0
 	e.dirty = false
 	if pos.CommitLSN != 0 {
@@ -275,6 +362,35 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	return nil
 }
 
+// eosFreshProducer gives every session after the first a new transactional
+// client (Config.NewTxnProducer), so that the session loads the producer id
+// afresh: after a peer held the slot (standby), the cached epoch is stale.
+// The transaction the old client left open needs no abort request: loading
+// the id with the new client aborts whatever is open under it.
+func (r *Relay) eosFreshProducer(ctx context.Context) error {
+	e := r.eos
+	e.sessions++
+	if e.sessions == 1 || r.cfg.NewTxnProducer == nil {
+		return nil
+	}
+	if !e.replaced {
+		e.begun = false
+		if err := r.eosAbortTxn(ctx); err != nil { // only drops the queue now
+			return err
+		}
+		if c, ok := e.txp.(interface{ Close() }); ok {
+			c.Close()
+		}
+		e.replaced = true
+	}
+	txp, err := r.cfg.NewTxnProducer()
+	if err != nil {
+		return &txnAbortedError{fmt.Errorf("create a new transactional kafka client for %q: %w", e.txnID, err)}
+	}
+	e.txp, r.producer, e.replaced = txp, txp, false
+	return nil
+}
+
 // stateReadTimeout bounds creating and reading the state topic at the start
 // of a session.
 const stateReadTimeout = time.Minute
@@ -283,7 +399,14 @@ const stateReadTimeout = time.Minute
 // Safe for concurrent use.
 func (r *Relay) eosFenced(err error) error {
 	r.eos.fenced.Store(true)
-	ferr := &FencedError{TransactionalID: r.eos.txnID, Err: err}
+	var ferr *FencedError
+	if errors.As(err, &ferr) {
+		// Already reported (a promise saw it first): wrapping it
+		// again would repeat the whole advice.
+		r.fail(ferr)
+		return ferr
+	}
+	ferr = &FencedError{TransactionalID: r.eos.txnID, Timeout: r.eos.timeout, Err: err}
 	r.fail(ferr)
 	return ferr
 }
@@ -310,9 +433,16 @@ func (r *Relay) eosAbortTxn(ctx context.Context) error {
 			err = e.txp.EndTransaction(actx, kgo.TryAbort)
 		}
 		if err != nil {
-			if isFenced(err) {
+			if isFenced(err) && !e.timedOut() {
 				e.begun = false
 				return r.eosFenced(err)
+			}
+			if isFenced(err) {
+				// The broker aborted it already; the next session's
+				// producer id load starts afresh.
+				e.begun = false
+				e.m.aborted.Inc()
+				return &txnAbortedError{e.timeoutAbort(err)}
 			}
 			return &txnAbortedError{fmt.Errorf("abort the kafka transaction of %q: %w", e.txnID, err)}
 		}
@@ -330,10 +460,15 @@ func (l *loop) eosAbort(ctx context.Context, cause error) error {
 	e := l.eos
 	l.log.Warn("aborting the kafka transaction; the session restarts from the committed position",
 		"transactional_id", e.txnID, "records", e.records, "err", cause)
+	if errors.Is(cause, errTimedOut) {
+		e.m.timeouts.Inc()
+	}
+	// Cleared even if the abort fails: the next session aborts again
+	// before producing, and must not take this cause for a new one.
+	e.abortReq.Store(nil)
 	if err := l.eosAbortTxn(ctx); err != nil {
 		return err
 	}
-	e.abortReq.Store(nil)
 	if ferr := l.failureErr(); ferr != nil {
 		return ferr
 	}
@@ -346,6 +481,7 @@ func (l *loop) eosBegin() {
 	if e.begun {
 		return
 	}
+	e.txnStart.Store(time.Now().UnixNano())
 	if err := e.txp.BeginTransaction(); err != nil {
 		if isFenced(err) {
 			_ = l.eosFenced(err)
@@ -377,16 +513,19 @@ func (l *loop) eosProduce(rec *kgo.Record) bool {
 // eosUnitDone runs when a Postgres transaction (or a dead-lettered
 // non-transactional message) is complete: it is now covered by the open
 // Kafka transaction, which is committed when a bound is reached.
-func (l *loop) eosUnitDone(commit, end pglogrepl.LSN) {
+// key names the unit (replayKey{commit: lsn, ord: nonTransactional} for a
+// message), end is where it ends.
+func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
 	e := l.eos
-	if commit <= e.skipUntil {
+	commit := key.commit
+	if unitCovered(key, e.skipEnd) {
 		e.skipped++
 		e.m.skipped.Inc()
 		if e.skipped == 1 {
 			l.log.Info("exactly-once: skipping transactions the state topic shows committed in Kafka",
-				"transactional_id", e.txnID, "commit_lsn", commit.String(), "committed_up_to", e.skipUntil.String())
+				"transactional_id", e.txnID, "commit_lsn", commit.String(), "committed_up_to", e.skipEnd.String())
 		}
-		if commit == e.skipUntil {
+		if end == e.skipEnd {
 			l.log.Info("exactly-once: skipped every transaction committed in Kafka before this session",
 				"transactional_id", e.txnID, "skipped", e.skipped, "commit_lsn", commit.String())
 		}
@@ -455,7 +594,8 @@ func (l *loop) eosTick(ctx context.Context) error {
 func (l *loop) eosStartCommit(ctx context.Context) {
 	e := l.eos
 	c := &pendingCommit{done: make(chan error, 1), covered: e.covered, records: e.records, start: time.Now()}
-	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, l.cfg.Slot, c.covered, c.records), l.eosStatePromise)
+	c.covered.History = e.server.History
+	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, c.covered, c.records), l.eosStatePromise)
 	e.committing = c
 	e.open, e.begun, e.full = false, false, false
 	e.records, e.covered = 0, StatePosition{}
@@ -509,10 +649,16 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	if err != nil {
 		// The committing transaction is still open on the broker.
 		e.begun = true
-		if isFenced(err) {
+		if isFenced(err) && !e.timedOut() {
 			ferr := l.eosFenced(err)
 			_ = l.eosAbortTxn(ctx)
 			return ferr
+		}
+		if e.timedOut() {
+			// Fenced (older brokers: INVALID_PRODUCER_EPOCH,
+			// PRODUCER_FENCED) or INVALID_TXN_STATE (Kafka 4 with
+			// transaction.version 2): the broker aborted it.
+			err = e.timeoutAbort(err)
 		}
 		return l.eosAbort(ctx, err)
 	}
@@ -520,7 +666,8 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	e.m.commitTime.Observe(time.Since(c.start).Seconds())
 	e.m.records.Observe(float64(c.records))
 	e.m.stateLSN.Set(float64(c.covered.CommitLSN))
-	e.forgetDiverted(c.covered.CommitLSN)
+	e.lastCommitted = c.covered
+	e.forgetDiverted(c.covered.EndLSN)
 	// Everything before the end of the last Postgres transaction it covers
 	// is in Kafka now, or was never routed.
 	e.safe = max(e.safe, c.covered.EndLSN)
@@ -554,6 +701,10 @@ func (l *loop) eosWaitCommit(ctx context.Context) error {
 // eosStatePromise settles the state record.
 func (l *loop) eosStatePromise(_ *kgo.Record, err error) {
 	if err == nil || errors.Is(err, kgo.ErrAborting) {
+		return
+	}
+	if isFenced(err) && l.eos.timedOut() {
+		l.eos.requestAbort(l.eos.timeoutAbort(err), l.inflight.wake)
 		return
 	}
 	if isFenced(err) {
@@ -609,6 +760,8 @@ func (l *loop) eosSettleError(rec *kgo.Record, m *inflightRecord, err error) {
 	l.metrics.produceErrors.Inc()
 	e := l.eos
 	switch {
+	case isFenced(err) && e.timedOut():
+		e.requestAbort(e.timeoutAbort(err), l.inflight.wake)
 	case isFenced(err):
 		_ = l.eosFenced(err)
 	case tooLarge(err) && !l.recordTooLarge(rec):

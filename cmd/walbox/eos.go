@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,28 +26,60 @@ const crashAtEnv = "WALBOX_TEST_CRASH_AT"
 // the relay's own (the plain client keeps serving the snapshot takeover,
 // which produces outside transactions, and /readyz), the state store, and
 // the crash-test hook when crashAtEnv is set. In at-least-once mode it
-// returns nil and leaves pcfg alone. The caller closes the client.
-func exactlyOnce(cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Config, log *slog.Logger, reg prometheus.Registerer) (*kgo.Client, error) {
+// returns nil and leaves pcfg alone. The relay replaces the client for each
+// later session (pipeline.Config.NewTxnProducer) and closes the ones it
+// replaces; the returned close func closes the one in use last.
+//
+// It refuses a --transaction-timeout above the brokers'
+// transaction.max.timeout.ms; if the brokers cannot be asked, it warns and
+// goes on (the producer id load then fails with the broker's error).
+func exactlyOnce(ctx context.Context, cfg config.Config, kc pipeline.KafkaConfig, pcfg *pipeline.Config, log *slog.Logger, reg prometheus.Registerer) (*kgo.Client, func(), error) {
 	if cfg.Delivery != pipeline.DeliveryExactlyOnce {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	hook, err := crashHook(os.Getenv(crashAtEnv), killSelf)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = pipeline.CheckTransactionTimeout(qctx, kc, cfg.TransactionTimeout)
+	cancel()
+	if errors.Is(err, pipeline.ErrTransactionTimeout) {
+		return nil, nil, err
+	}
+	if err != nil {
+		log.Warn("could not read the brokers' transaction.max.timeout.ms to check --transaction-timeout against it", "err", err,
+			"transaction_timeout", cfg.TransactionTimeout.String())
 	}
 	kc.TransactionalID = pcfg.TransactionalIDOrDefault()
+	kc.TransactionTimeout = cfg.TransactionTimeout
 	// Room for the state record on top of the in-flight limit.
 	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 2
 	cl, err := pipeline.NewKafkaClient(kc, log, reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	// Each new client attaches the topic limits to itself, as the first
+	// did; the relay builds it after closing the previous one, which
+	// also unregisters that one's walbox_kafka_ metrics.
+	var current atomic.Pointer[kgo.Client]
+	current.Store(cl)
+	tkc := kc // the state store's copy below drops the topic limits
+	pcfg.NewTxnProducer = func() (pipeline.TxnProducer, error) {
+		next, err := pipeline.NewKafkaClient(tkc, log, reg)
+		if err != nil {
+			return nil, err
+		}
+		current.Store(next)
+		return next, nil
 	}
 	kc.TopicLimits = nil
 	pcfg.State = pipeline.NewKafkaState(kc, cfg.StateTopic)
 	pcfg.TxnPhase = hook
 	log.Info("exactly-once delivery", "transactional_id", kc.TransactionalID, "state_topic", cfg.StateTopic,
-		"transaction_max_records", cfg.TransactionMaxRecords, "transaction_max_interval", cfg.TransactionMaxInterval.String())
-	return cl, nil
+		"transaction_max_records", cfg.TransactionMaxRecords, "transaction_max_interval", cfg.TransactionMaxInterval.String(),
+		"transaction_timeout", cfg.TransactionTimeout.String())
+	return cl, func() { current.Load().Close() }, nil
 }
 
 // crashHook is a TEST HOOK for the exactly-once crash tests, not a

@@ -97,12 +97,12 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	}
 	defer kcl.Close()
 	var relayProducer pipeline.Producer = kcl
-	tcl, err := exactlyOnce(cfg, kc, &pcfg, log, reg)
+	tcl, closeTxn, err := exactlyOnce(ctx, cfg, kc, &pcfg, log, reg)
 	if err != nil {
 		return err
 	}
 	if tcl != nil {
-		defer tcl.Close()
+		defer closeTxn()
 		relayProducer = tcl
 	}
 
