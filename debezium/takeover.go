@@ -97,7 +97,9 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 			ErrSlotActive, slot, info.ActivePID)
 	}
 	if off.Snapshot {
-		return p, fmt.Errorf("%w: Debezium's stored offset is from its initial snapshot, which had not finished; let Debezium finish the snapshot, then stop it and take over", ErrTakeover)
+		return p, fmt.Errorf("%w: Debezium's stored offset is from a snapshot (\"snapshot\": %s) that had not finished, so the rows it had not yet emitted would never be sent; "+
+			"let Debezium finish the snapshot (its offset then has snapshot_completed or last_snapshot_record true, or no snapshot key), then stop it and take over",
+			ErrTakeover, off.SnapshotType)
 	}
 	p.SlotConfirmed = info.ConfirmedFlushLSN
 	if off == (Offset{}) {

@@ -179,6 +179,32 @@ func TestPlanTakeover(t *testing.T) {
 	if _, err := e.plan(t, debezium.Offset{LSN: t1.end, Snapshot: true}); !errors.Is(err, debezium.ErrTakeover) || !strings.Contains(err.Error(), "snapshot") {
 		t.Errorf("snapshot: %v", err)
 	}
+	// Debezium 3.x offsets, as stored: mid-snapshot refused, the last
+	// snapshot record accepted (walbox took the first over from its lsn
+	// and refused the second).
+	for _, tt := range []struct {
+		value   string
+		refused bool
+	}{
+		{fmt.Sprintf(`{"lsn":%d,"txId":%d,"ts_usec":1,"snapshot":"INITIAL","snapshot_completed":false,"last_snapshot_record":false}`, t1.end, t2.xid), true},
+		{fmt.Sprintf(`{"lsn":%d,"ts_usec":1,"snapshot":"INITIAL","snapshot_completed":true,"last_snapshot_record":true}`, t1.end), false},
+		{fmt.Sprintf(`{"lsn":%d,"ts_usec":1,"snapshot":true,"last_snapshot_record":true}`, t1.end), false},
+	} {
+		off, err := debezium.ParseOffset([]byte(tt.value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.plan(t, off)
+		if tt.refused {
+			if !errors.Is(err, debezium.ErrTakeover) || !strings.Contains(err.Error(), `"snapshot": INITIAL`) {
+				t.Errorf("%s: %v, want refused", tt.value, err)
+			}
+			continue
+		}
+		if err != nil || p.Start != t1.end {
+			t.Errorf("%s: plan %+v, %v; want start %s", tt.value, p, err, t1.end)
+		}
+	}
 	// The slot was confirmed past the stored offset: refused, naming both.
 	e.advance(t, t2.end)
 	_, err = e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNCommit: t1.end, TxID: int64(t2.xid)})
