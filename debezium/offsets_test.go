@@ -140,6 +140,7 @@ func FuzzParseOffsetsFile(f *testing.F) {
 	f.Add(javaHashMap(nil))
 	f.Add(javaHashMap([][2][]byte{{[]byte(`["c",{"server":"p"}]`), []byte(`{"lsn":1}`)}, {nil, nil}}))
 	f.Add([]byte{0xac, 0xed, 0, 5})
+	f.Add(deepClassChain(50_000)) // recursed without bound before
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := ParseOffsetsFile(data)
 		if err != nil {
