@@ -57,6 +57,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if err != nil {
 		return err
 	}
+	warnTransport(cfg, dbz, log)
 	var (
 		rt  pipeline.Router
 		wrt *router.Router
