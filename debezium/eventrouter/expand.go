@@ -38,6 +38,47 @@ type jnode struct {
 	keys  []string // object members in first-occurrence order
 	vals  []*jnode // a repeated key keeps its place and takes the last value
 	elems []*jnode
+	// index maps keys to their position once an object has more than
+	// indexMembers of them: a linear search per member would make
+	// parsing, inference and conversion quadratic in the members.
+	index map[string]int
+}
+
+const indexMembers = 8
+
+// member returns the position of key k in object n, or -1.
+func (n *jnode) member(k string) int {
+	if n.index != nil {
+		if i, ok := n.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, have := range n.keys {
+		if have == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// setMember adds member k = v to object n, or replaces the value of a
+// repeated key in its first place, as Jackson's ObjectNode does.
+func (n *jnode) setMember(k string, v *jnode) {
+	if i := n.member(k); i >= 0 {
+		n.vals[i] = v
+		return
+	}
+	n.keys, n.vals = append(n.keys, k), append(n.vals, v)
+	switch {
+	case n.index != nil:
+		n.index[k] = len(n.keys) - 1
+	case len(n.keys) > indexMembers:
+		n.index = make(map[string]int, 2*len(n.keys))
+		for i, have := range n.keys {
+			n.index[have] = i
+		}
+	}
 }
 
 var errJSONSyntax = errors.New("not valid JSON")
@@ -120,16 +161,7 @@ func (p *jparser) value(depth int) (*jnode, error) {
 			if err != nil {
 				return nil, err
 			}
-			replaced := false
-			for i, have := range n.keys {
-				if have == k {
-					n.vals[i], replaced = v, true
-					break
-				}
-			}
-			if !replaced {
-				n.keys, n.vals = append(n.keys, k), append(n.vals, v)
-			}
+			n.setMember(k, v)
 			end, err := p.separator('}')
 			if err != nil {
 				return nil, err
@@ -382,7 +414,7 @@ func (in inferrer) schemaOf(key string, n *jnode) (*schema, error) {
 			if err != nil {
 				return nil, err
 			}
-			if fs != nil && s.fieldIndex(k) < 0 {
+			if fs != nil { // n.keys holds each key once
 				s.fields = append(s.fields, field{name: k, schema: fs})
 			}
 		}
@@ -488,16 +520,15 @@ func mergeSchema(left, right *schema) *schema {
 		return right
 	}
 	fields := append([]field(nil), left.fields...)
+	at := make(map[string]int, len(fields)+len(right.fields))
+	for i, f := range fields {
+		at[f.name] = i
+	}
 	for _, f := range right.fields {
-		i := -1
-		for j := range fields {
-			if fields[j].name == f.name {
-				i = j
-				break
-			}
-		}
+		i, ok := at[f.name]
 		switch {
-		case i < 0:
+		case !ok:
+			at[f.name] = len(fields)
 			fields = append(fields, f)
 		case !fields[i].schema.equal(f.schema) && fields[i].schema.typ == kBytes && f.schema.typ != kBytes:
 			fields[i] = f
@@ -519,13 +550,7 @@ func valueOf(n *jnode, s *schema) (any, error) {
 func structOf(n *jnode, s *schema) (*structVal, error) {
 	st := &structVal{schema: s, values: make([]any, len(s.fields))}
 	for i, f := range s.fields {
-		idx := -1
-		for j, k := range n.keys {
-			if k == f.name {
-				idx = j
-				break
-			}
-		}
+		idx := n.member(f.name)
 		if idx < 0 {
 			continue
 		}
