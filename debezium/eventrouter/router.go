@@ -544,11 +544,49 @@ func convert(c ConverterConfig, s *schema, v any) ([]byte, error) {
 		if s == nil && v == nil {
 			return nil, nil
 		}
+		var b []byte
+		var err error
 		if c.SchemasEnable {
-			return appendJSONEnvelope(nil, s, v)
+			b, err = appendJSONEnvelope(nil, s, v)
+		} else {
+			b, err = appendValueJSON(nil, s, v)
 		}
-		return appendValueJSON(nil, s, v)
+		if err == nil && jsonDeeperThan(b, maxDepth) {
+			// Jackson's StreamWriteConstraints: JsonConverter throws.
+			return nil, errConversionf("document nesting depth exceeds the maximum allowed (%d)", maxDepth)
+		}
+		return b, err
 	}
+}
+
+// jsonDeeperThan reports whether JSON text b nests arrays and objects
+// deeper than limit. Only a JSON payload expanded from the outbox can come
+// near it (the record's envelope and, with schemas, the schema's JSON add
+// levels to the payload's own).
+func jsonDeeperThan(b []byte, limit int) bool {
+	if len(b) <= 2*limit {
+		return false
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // invalid reports a row Debezium would fail on.
