@@ -125,3 +125,32 @@ func TestSeveralTablesRefuseSnapshot(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// An explicit SASL password overriding the one of the Debezium JAAS
+// config was compared after redaction ("xxxxx" = "xxxxx"), so the
+// override was never reported.
+func TestDebeziumOverrideSecret(t *testing.T) {
+	c, w := writeDebezium(t, testConnector, testWorker+`producer.security.protocol=SASL_SSL
+producer.sasl.mechanism=PLAIN
+producer.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="dbz" password="dbz-kafka-secret";
+`)
+	env := map[string]string{"WALBOX_DEBEZIUM_CONFIG": c, "WALBOX_DEBEZIUM_WORKER_CONFIG": w, "WALBOX_KAFKA_SASL_PASSWORD": "walbox-own-secret"}
+	cfg, err := Load(nil, func(k string) string { return env[k] }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.KafkaSecurity.SASLPassword != "walbox-own-secret" {
+		t.Fatalf("password not the explicit one")
+	}
+	tr, err := cfg.DebeziumTranslation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := strings.Join(cfg.DebeziumOverrides(tr), "\n")
+	if !strings.Contains(ov, "--kafka-sasl-password") {
+		t.Errorf("the password override is not reported: %q", ov)
+	}
+	if strings.Contains(ov, "secret") {
+		t.Errorf("an override shows a password: %q", ov)
+	}
+}

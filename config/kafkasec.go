@@ -72,6 +72,7 @@ func redactSecret(s string) string {
 func secretValue(field func(*Config) *string) value {
 	v := stringValue("SECRET", field)
 	v.get = func(c *Config) string { return redactSecret(*field(c)) }
+	v.raw = func(c *Config) string { return *field(c) }
 	return v
 }
 

@@ -50,6 +50,9 @@ type value struct {
 	set func(c *Config, s string) error
 	// get formats the field, for defaults in Usage and values in errors.
 	get func(c *Config) string
+	// raw, set for secrets (whose get redacts), returns the field as is,
+	// for comparing two values; never shown.
+	raw func(c *Config) string
 }
 
 type option struct {

@@ -3,6 +3,7 @@ package debezium
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -31,6 +32,14 @@ const (
 	tcBlockDataLong   = 0x7a
 	javaBaseHandle    = 0x7e0000
 	maxOffsetsEntries = 1 << 20
+	// maxOffsetsFileBytes bounds the offsets file: Connect's holds one
+	// small JSON key and value per connector, a few kilobytes.
+	maxOffsetsFileBytes = 16 << 20
+	// maxClassDepth bounds a class descriptor's superclass chain, read
+	// recursively: HashMap's has none, and an unbounded one (a crafted
+	// file) would exhaust the goroutine stack, a fatal error that recover
+	// does not catch.
+	maxClassDepth = 8
 )
 
 // ErrOffsetsTruncated marks an offsets file that ends early: Connect was
@@ -42,7 +51,7 @@ var ErrOffsetsTruncated = fmt.Errorf("%w: the offsets file ends early (Connect w
 // ReadOffsetsFile reads Connect standalone's offset.storage.file.filename
 // and returns its entries (key, value; either may be nil).
 func ReadOffsetsFile(path string) ([][2][]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path, maxOffsetsFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot read the offsets file %q: %v; give Connect standalone's offset.storage.file.filename "+
 			"(if Debezium never stored an offset, because it stopped before its first offset flush, it would itself restart from the slot's confirmed position: "+
@@ -53,6 +62,24 @@ func ReadOffsetsFile(path string) ([][2][]byte, error) {
 		return nil, fmt.Errorf("%w (file %q)", err, path)
 	}
 	return entries, nil
+}
+
+// readBounded reads the file at path, failing on one of more than limit
+// bytes without reading it whole.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("the file is larger than %d bytes, which no Connect offsets file is", limit)
+	}
+	return data, nil
 }
 
 // ParseOffsetsFile parses the content of a FileOffsetBackingStore file. It
@@ -72,13 +99,16 @@ func ParseOffsetsFile(data []byte) (entries [][2][]byte, err error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: the file is empty", ErrOffsetsTruncated)
 	}
+	if len(data) > maxOffsetsFileBytes {
+		return nil, fmt.Errorf("%w: %d bytes, larger than %d bytes, which no Connect offsets file is", ErrOffsets, len(data), maxOffsetsFileBytes)
+	}
 	if r.u16() != javaMagic || r.u16() != javaVersion {
 		return nil, fmt.Errorf("%w: not a Java serialization stream (Connect standalone's offsets file starts with AC ED 00 05)", ErrOffsets)
 	}
 	if r.u8() != tcObject {
 		return nil, fmt.Errorf("%w: the stream does not start with an object", ErrOffsets)
 	}
-	desc := r.classDesc()
+	desc := r.classDesc(0)
 	if desc == nil || desc.name != "java.util.HashMap" {
 		return nil, fmt.Errorf("%w: expected a java.util.HashMap, found %s", ErrOffsets, desc.String())
 	}
@@ -156,8 +186,12 @@ func (r *javaReader) handle() any {
 	return r.handles[h]
 }
 
-// classDesc reads a class descriptor: TC_CLASSDESC, TC_REFERENCE or TC_NULL.
-func (r *javaReader) classDesc() *javaClassDesc {
+// classDesc reads a class descriptor: TC_CLASSDESC, TC_REFERENCE or
+// TC_NULL; depth counts the subclass descriptors it is the superclass of.
+func (r *javaReader) classDesc(depth int) *javaClassDesc {
+	if depth > maxClassDepth {
+		panic(fmt.Sprintf("a superclass chain deeper than %d class descriptors at byte %d", maxClassDepth, r.pos))
+	}
 	switch tc := r.u8(); tc {
 	case tcNull:
 		return nil
@@ -188,7 +222,7 @@ func (r *javaReader) classDesc() *javaClassDesc {
 		if r.u8() != tcEndBlockData { // no class annotations expected
 			panic("class annotations are not supported")
 		}
-		d.super = r.classDesc()
+		d.super = r.classDesc(depth + 1)
 		return d
 	default:
 		panic(fmt.Sprintf("expected a class descriptor, found type code 0x%02x", tc))
@@ -243,7 +277,7 @@ func (r *javaReader) byteArrayOrNull() []byte {
 		}
 		return b
 	case tcArray:
-		d := r.classDesc()
+		d := r.classDesc(0)
 		if d == nil || d.name != "[B" {
 			panic(fmt.Sprintf("expected a byte[], found an array of %s", d.String()))
 		}

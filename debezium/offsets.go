@@ -33,9 +33,13 @@ type Offset struct {
 	// TsUsec is the commit time of the last event, in microseconds since
 	// the epoch ("ts_usec"), 0 when absent.
 	TsUsec int64
-	// Snapshot is true while Debezium's initial snapshot had not finished
-	// ("snapshot" or "last_snapshot_record" present and true).
+	// Snapshot is true when the offset was stored by a snapshot that had
+	// not finished: see snapshotRunning for the shapes of each version.
 	Snapshot bool
+	// SnapshotType is the offset's "snapshot" value as stored ("INITIAL",
+	// "BLOCKING", "true"), "" when absent or false; it names the snapshot
+	// in messages.
+	SnapshotType string
 }
 
 // Flushed returns the position Debezium confirms on the slot for this
@@ -111,15 +115,48 @@ func ParseOffset(value []byte) (Offset, error) {
 		num("txId", &o.TxID), num("ts_usec", &o.TsUsec)); err != nil {
 		return Offset{}, err
 	}
-	for _, k := range []string{"snapshot", "last_snapshot_record"} {
-		if raw, ok := m[k]; ok && (string(raw) == "true" || string(raw) == `"true"`) {
-			o.Snapshot = true
-		}
-	}
+	o.SnapshotType, o.Snapshot = snapshotRunning(m)
 	if o.LSN == 0 && o.LSNProc == 0 && o.LSNCommit == 0 {
 		return Offset{}, fmt.Errorf("%w: offset value %q has no lsn, lsn_proc or lsn_commit", ErrOffsets, truncate(value))
 	}
 	return o, nil
+}
+
+// snapshotRunning reads the snapshot fields of an offset value: the
+// snapshot's type ("" when the offset is not from a snapshot) and whether
+// that snapshot had not finished.
+//
+// Debezium 1.x and 2.x before 2.5 store "snapshot":true and
+// "last_snapshot_record" (true on the snapshot's last record) while the
+// snapshot runs, and neither once streaming. 2.5 and later (3.x) store the
+// snapshot's type as an enum name ("snapshot":"INITIAL" or "BLOCKING")
+// with "snapshot_completed", and still "last_snapshot_record". Debezium
+// takes a snapshot as finished when either completion key is true, so
+// walbox does too. Any other "snapshot" value (a type a later version
+// adds) is taken as unfinished, and so is a completion key that is not a
+// boolean: refusing a takeover is recoverable, skipping the rows an
+// unfinished snapshot had not emitted is not.
+func snapshotRunning(m map[string]json.RawMessage) (string, bool) {
+	raw, ok := m["snapshot"]
+	if !ok {
+		return "", false
+	}
+	var typ string
+	switch v := string(raw); v {
+	case "null", "false", `"false"`, `""`:
+		return "", false
+	case "true":
+		typ = v
+	default:
+		if json.Unmarshal(raw, &typ) != nil || typ == "" {
+			typ = truncate(raw)
+		}
+	}
+	isTrue := func(key string) bool {
+		v := string(m[key])
+		return v == "true" || v == `"true"`
+	}
+	return typ, !isTrue("snapshot_completed") && !isTrue("last_snapshot_record")
 }
 
 func truncate(b []byte) string {

@@ -52,7 +52,7 @@ func TestParseOffset(t *testing.T) {
 	}{
 		{in: `{"lsn":100}`, want: Offset{LSN: 100}, flushed: 100},
 		{in: `{"lsn":100,"lsn_proc":90}`, want: Offset{LSN: 100, LSNProc: 90}, flushed: 90},
-		{in: `{"lsn":100,"lsn_proc":90,"lsn_commit":80,"txId":7,"ts_usec":5,"snapshot":true}`, want: Offset{LSN: 100, LSNProc: 90, LSNCommit: 80, TxID: 7, TsUsec: 5, Snapshot: true}, flushed: 80},
+		{in: `{"lsn":100,"lsn_proc":90,"lsn_commit":80,"txId":7,"ts_usec":5,"snapshot":true}`, want: Offset{LSN: 100, LSNProc: 90, LSNCommit: 80, TxID: 7, TsUsec: 5, Snapshot: true, SnapshotType: "true"}, flushed: 80},
 		{in: `{"lsn":18446744073709551615}`, want: Offset{LSN: 1<<64 - 1}, flushed: 1<<64 - 1},
 		{in: `{"lsn":-1}`, wantErr: "not an LSN"},
 		{in: `{"ts_usec":1}`, wantErr: "no lsn"},
@@ -140,6 +140,7 @@ func FuzzParseOffsetsFile(f *testing.F) {
 	f.Add(javaHashMap(nil))
 	f.Add(javaHashMap([][2][]byte{{[]byte(`["c",{"server":"p"}]`), []byte(`{"lsn":1}`)}, {nil, nil}}))
 	f.Add([]byte{0xac, 0xed, 0, 5})
+	f.Add(deepClassChain(50_000)) // recursed without bound before
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := ParseOffsetsFile(data)
 		if err != nil {

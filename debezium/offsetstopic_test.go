@@ -55,3 +55,66 @@ func TestReadOffsetsTopic(t *testing.T) {
 		t.Errorf("missing topic: %v", err)
 	}
 }
+
+// An exactly-once Connect cluster (exactly.once.source.support=enabled)
+// writes offsets in transactions, so a partition of its offsets topic ends
+// with a transaction marker, and an aborted transaction's offsets are in
+// the log too. walbox read to the high watermark without read_committed:
+// it waited for a record at end-1 that is never returned (the marker) until
+// the takeover timed out, and would have taken an aborted offset.
+func TestReadOffsetsTopicTransactional(t *testing.T) {
+	key := OffsetKey("outbox-connector", "app")
+	type txn struct {
+		value  string
+		commit bool
+	}
+	for _, tt := range []struct {
+		name string
+		txns []txn
+		want int64 // the lsn walbox must read
+	}{
+		{name: "aborted last", txns: []txn{{`{"lsn":100}`, true}, {`{"lsn":200}`, true}, {`{"lsn":999}`, false}}, want: 200},
+		{name: "aborted between", txns: []txn{{`{"lsn":100}`, true}, {`{"lsn":999}`, false}, {`{"lsn":300}`, true}}, want: 300},
+		{name: "committed only", txns: []txn{{`{"lsn":100}`, true}}, want: 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Well below the takeover's 60 s: the old reader hung until its
+			// context ended.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "connect-offsets"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+			cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic("connect-offsets"), kgo.TransactionalID("connect-cluster-outbox-connector"))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			for _, x := range tt.txns {
+				if err := cl.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				if err := cl.ProduceSync(ctx, &kgo.Record{Key: key, Value: []byte(x.value)}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(x.commit)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			entries, err := ReadOffsetsTopic(ctx, opts, "connect-offsets")
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := FindOffset(entries, "outbox-connector", "app")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(o.LSN) != tt.want {
+				t.Errorf("lsn = %d, want %d (entries %q)", o.LSN, tt.want, entries)
+			}
+		})
+	}
+}

@@ -261,7 +261,8 @@ func unescape(s string) (string, error) {
 			}
 			n, err := strconv.ParseUint(s[i+1:i+5], 16, 16)
 			if err != nil {
-				return "", fmt.Errorf(`malformed \uXXXX escape %q: expected 4 hexadecimal digits`, `\u`+s[i+1:i+5])
+				// Not the digits themselves: the value may be a password.
+				return "", fmt.Errorf(`malformed \uXXXX escape at character %d: expected 4 hexadecimal digits`, i)
 			}
 			i += 4
 			r := rune(n)

@@ -3,6 +3,7 @@ package debezium
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -46,7 +47,7 @@ func ParseJSON(source string, data []byte) (*Properties, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&top); err != nil {
-		return nil, fmt.Errorf("%w: %s: not a JSON object of connector settings: %v", ErrSyntax, source, err)
+		return nil, fmt.Errorf("%w: %s: not a JSON object of connector settings: %v", ErrSyntax, source, jsonSyntaxError(err))
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: %s: text after the JSON object", ErrSyntax, source)
@@ -87,12 +88,22 @@ func ParseJSON(source string, data []byte) (*Properties, error) {
 	return NewProperties(source, m, keys), nil
 }
 
+// jsonSyntaxError describes err without the character it found, which
+// may be part of a password: encoding/json's message quotes it.
+func jsonSyntaxError(err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("JSON syntax error at byte %d", se.Offset)
+	}
+	return err
+}
+
 func jsonScalar(raw json.RawMessage) (string, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
-		return "", err
+		return "", jsonSyntaxError(err)
 	}
 	switch x := v.(type) {
 	case string:

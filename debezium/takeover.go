@@ -47,6 +47,10 @@ type Plan struct {
 	SkipXID  uint32
 	SkipUpTo pglogrepl.LSN
 	Skipped  int
+	// SlotAhead is true when the slot was confirmed past the stored
+	// offset and its transaction, so walbox starts at the slot's position
+	// (see slotAhead); callers log Why as a warning then.
+	SlotAhead bool
 	// Why says in a sentence how Start was chosen.
 	Why string
 }
@@ -55,9 +59,10 @@ type Plan struct {
 // every event committed after Debezium's stored offset is sent, and none
 // that the offset says Debezium sent before.
 //
-// Debezium confirms on the slot the lsn_commit of the offset Connect has
-// stored (lsn_proc when there is none), so the slot's confirmed_flush_lsn
-// is at most that. walbox starts at lsn_commit: every transaction
+// After a graceful stop (Connect flushes the offsets on the way out, then
+// Debezium confirms their lsn_commit, else lsn_proc) the slot's
+// confirmed_flush_lsn is at most the stored lsn_commit. walbox starts at
+// lsn_commit: every transaction
 // committing after it is streamed. Debezium's last transaction (txId),
 // whose commit ends after lsn_commit (Debezium 3 stores there the start of
 // that transaction's commit record), is skipped too when every outbox
@@ -72,11 +77,16 @@ type Plan struct {
 // The zero Offset means none is stored: walbox then starts at the slot's
 // confirmed position, as Debezium would.
 //
+// A slot confirmed past lsn_commit (Debezium confirms on the slot before
+// Connect stores the offset, see slotAhead) is taken over from its
+// confirmed position: with the same transaction logic when Debezium's
+// stored transaction is still pending on the slot (every transaction
+// before the slot's position precedes it, so Debezium had sent them), else
+// with Plan.SlotAhead set.
+//
 // PlanTakeover changes nothing, so it can be run again after any failure.
-// It refuses (ErrTakeover, with both positions) a missing slot, a slot of
-// another plugin, an offset from an unfinished snapshot, and a slot
-// confirmed past the stored offset: events between would be skipped. A
-// slot in use is ErrSlotActive.
+// It refuses (ErrTakeover) a missing slot, a slot of another plugin and an
+// offset from an unfinished snapshot. A slot in use is ErrSlotActive.
 func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication string, tables []string, off Offset) (Plan, error) {
 	p := Plan{Offset: off, Resent: -1}
 	info, err := slotctl.Inspect(ctx, conn, slot)
@@ -97,7 +107,9 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 			ErrSlotActive, slot, info.ActivePID)
 	}
 	if off.Snapshot {
-		return p, fmt.Errorf("%w: Debezium's stored offset is from its initial snapshot, which had not finished; let Debezium finish the snapshot, then stop it and take over", ErrTakeover)
+		return p, fmt.Errorf("%w: Debezium's stored offset is from a snapshot (\"snapshot\": %s) that had not finished, so the rows it had not yet emitted would never be sent; "+
+			"let Debezium finish the snapshot (its offset then has snapshot_completed or last_snapshot_record true, or no snapshot key), then stop it and take over",
+			ErrTakeover, off.SnapshotType)
 	}
 	p.SlotConfirmed = info.ConfirmedFlushLSN
 	if off == (Offset{}) {
@@ -109,21 +121,37 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 		return p, nil
 	}
 	flushed := off.Flushed()
-	if p.SlotConfirmed > flushed {
-		return p, fmt.Errorf("%w: slot %q is confirmed up to %s, past Debezium's stored offset (lsn_commit %s, lsn %s): "+
-			"if walbox migrate-from-debezium already ran and streamed, the takeover is done, start walbox run with the same options; "+
-			"otherwise the slot was advanced (or recreated) by something other than this connector's stored offsets, and events committed between %s and %s may never have reached Kafka: "+
-			"check that --debezium-offsets is this connector's offsets (name and topic.prefix), and re-publish the outbox rows committed in that range if they are missing",
-			ErrTakeover, slot, p.SlotConfirmed, flushed, off.LSN, flushed, p.SlotConfirmed)
-	}
 	p.Start = flushed
 	p.Why = fmt.Sprintf("Debezium's stored offset has lsn_commit %s: transactions committing after it are sent", flushed)
+	ahead := p.SlotConfirmed > flushed
+	if ahead {
+		// Postgres streams a slot from its confirmed position whatever
+		// position is asked for, so nothing below it can be sent by
+		// anyone, Debezium restarting included.
+		p.Start = p.SlotConfirmed
+	}
+	var last lastTx
+	if off.TxID != 0 {
+		last, err = peekTransaction(ctx, conn, slot, publication, tables, uint32(off.TxID), p.Start, off.LSN)
+		if err != nil {
+			return p, err
+		}
+	}
+	if ahead && last.end == 0 {
+		return slotAhead(p), nil
+	}
+	if ahead {
+		// Debezium's stored transaction is still pending on the slot, so
+		// every transaction committed before the slot's position precedes
+		// it in commit order, which is the order Debezium sends in: the
+		// stored offset itself says Debezium had sent them (a stored
+		// offset covers only records Kafka acknowledged).
+		p.Why = fmt.Sprintf("the slot is confirmed up to %s, past the stored offset's lsn_commit %s but before the end of Debezium's stored transaction %d "+
+			"(Debezium confirmed it after an offset flush, before Connect stored the next offset): every transaction committing before it precedes that one, and Debezium had sent them",
+			p.SlotConfirmed, flushed, off.TxID)
+	}
 	if off.TxID == 0 {
 		return p, nil
-	}
-	last, err := peekTransaction(ctx, conn, slot, publication, tables, uint32(off.TxID), flushed, off.LSN)
-	if err != nil {
-		return p, err
 	}
 	switch {
 	case last.end == 0:
@@ -139,6 +167,40 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 			off.TxID, last.sent, last.inserts, last.sent, off.LSN)
 	}
 	return p, nil
+}
+
+// slotAhead plans the takeover of a slot that Debezium confirmed past its
+// stored offset and past the transaction that offset names: the signature
+// of a stop without a final offset flush (a kill, an OOM, a lost node).
+//
+// Why this loses nothing: Kafka Connect calls the task's commitRecord for
+// a record once the producer has Kafka's acknowledgement of it, and its
+// commit() after each offset flush; Debezium's commit() confirms on the
+// slot the lsn_commit (else lsn_proc) of the newest record acknowledged
+// so far, which is usually newer than the offset that flush stored; that
+// one is stored only at the next flush (offset.flush.interval.ms, 60 s by
+// default), which a killed worker never reaches. So a slot ahead of the
+// stored offset holds a position Debezium confirmed after Kafka had
+// acknowledged what precedes it, and starting there skips nothing that
+// reached Kafka; and since Postgres never streams a slot's changes below
+// its confirmed position again, Debezium restarting on this slot would
+// start there too: the takeover is Debezium's own restart. The events
+// Debezium sent after the slot's position are sent again: duplicates
+// bounded by one flush interval of events.
+//
+// What walbox cannot tell from the slot is who moved it: a
+// pg_replication_slot_advance, a SQL consumer or a recreated slot leaves
+// the same picture, with events that never reached Kafka. Plan.Why says
+// so, with the range to re-publish in that case.
+func slotAhead(p Plan) Plan {
+	p.SlotAhead, p.Resent = true, -1
+	p.Why = fmt.Sprintf("the slot is confirmed up to %s, past Debezium's stored offset (lsn_commit %s, lsn %s, txId %d): Debezium stopped without a final offset flush (killed, out of memory, node lost), "+
+		"or walbox already took over and streamed. Debezium confirms on the slot, after each offset flush, the newest position Kafka acknowledged, while Connect stores that offset only at its next flush, "+
+		"so every event committed before %s reached Kafka, and walbox starts there (Postgres streams nothing below a slot's confirmed position, so Debezium restarting would too); "+
+		"the events Debezium sent after it are sent again: duplicates bounded by one offset flush interval (offset.flush.interval.ms, 60 s by default). "+
+		"Only if something other than this connector moved the slot (pg_replication_slot_advance, a SQL consumer, a recreated slot) did the events committed between %s and %s never reach Kafka: re-publish them then",
+		p.SlotConfirmed, p.Offset.Flushed(), p.Offset.LSN, p.Offset.TxID, p.SlotConfirmed, p.Offset.Flushed(), p.SlotConfirmed)
+	return p
 }
 
 type lastTx struct {

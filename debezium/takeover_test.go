@@ -179,11 +179,41 @@ func TestPlanTakeover(t *testing.T) {
 	if _, err := e.plan(t, debezium.Offset{LSN: t1.end, Snapshot: true}); !errors.Is(err, debezium.ErrTakeover) || !strings.Contains(err.Error(), "snapshot") {
 		t.Errorf("snapshot: %v", err)
 	}
-	// The slot was confirmed past the stored offset: refused, naming both.
+	// Debezium 3.x offsets, as stored: mid-snapshot refused, the last
+	// snapshot record accepted (walbox took the first over from its lsn
+	// and refused the second).
+	for _, tt := range []struct {
+		value   string
+		refused bool
+	}{
+		{fmt.Sprintf(`{"lsn":%d,"txId":%d,"ts_usec":1,"snapshot":"INITIAL","snapshot_completed":false,"last_snapshot_record":false}`, t1.end, t2.xid), true},
+		{fmt.Sprintf(`{"lsn":%d,"ts_usec":1,"snapshot":"INITIAL","snapshot_completed":true,"last_snapshot_record":true}`, t1.end), false},
+		{fmt.Sprintf(`{"lsn":%d,"ts_usec":1,"snapshot":true,"last_snapshot_record":true}`, t1.end), false},
+	} {
+		off, err := debezium.ParseOffset([]byte(tt.value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.plan(t, off)
+		if tt.refused {
+			if !errors.Is(err, debezium.ErrTakeover) || !strings.Contains(err.Error(), `"snapshot": INITIAL`) {
+				t.Errorf("%s: %v, want refused", tt.value, err)
+			}
+			continue
+		}
+		if err != nil || p.Start != t1.end {
+			t.Errorf("%s: plan %+v, %v; want start %s", tt.value, p, err, t1.end)
+		}
+	}
+	// The slot confirmed past the stored offset and its transaction (a
+	// killed Debezium confirmed T2 after Kafka acknowledged it; Connect
+	// never stored that offset): walbox starts at the slot, saying that
+	// duplicates are bounded by the flush interval. It refused before.
 	e.advance(t, t2.end)
-	_, err = e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNCommit: t1.end, TxID: int64(t2.xid)})
-	if !errors.Is(err, debezium.ErrTakeover) || !strings.Contains(err.Error(), t2.end.String()) || !strings.Contains(err.Error(), t1.end.String()) {
-		t.Errorf("slot ahead: %v", err)
+	p, err = e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNCommit: t1.end, TxID: int64(t2.xid)})
+	if err != nil || p.Start != t2.end || !p.SlotAhead || p.SkipXID != 0 ||
+		!strings.Contains(p.Why, "offset.flush.interval.ms") || !strings.Contains(p.Why, t1.end.String()) {
+		t.Errorf("slot ahead: plan %+v, %v; want start %s from the slot", p, err, t2.end)
 	}
 	// A missing slot.
 	e.exec(t, fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", e.slot))
@@ -200,5 +230,32 @@ func TestPlanTakeoverNoOffset(t *testing.T) {
 	p, err := e.plan(t, debezium.Offset{})
 	if err != nil || p.Start != e.txs[0].end || !strings.Contains(p.Why, "no stored offset") {
 		t.Errorf("plan %+v, %v", p, err)
+	}
+}
+
+// A Debezium killed inside a transaction: it confirmed on the slot the
+// lsn_commit of a record newer than the stored offset, in the same
+// transaction T2 (so the slot is past the stored lsn_commit but T2 is
+// still pending). Every transaction before the slot's position precedes
+// T2, so Debezium had sent it: walbox starts at the slot and still skips
+// T2's events the offset says were sent. walbox refused this before.
+func TestPlanTakeoverSlotAheadInsideTransaction(t *testing.T) {
+	e := newTakeoverEnv(t)
+	t1, t2 := e.txs[0], e.txs[1]
+	// Confirmed at T1's end, while the stored offset still names T1's
+	// start (an older flush of the same stream).
+	e.advance(t, t1.end)
+	p, err := e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNCommit: t1.inserts[0], TxID: int64(t2.xid)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.SlotAhead || p.Start != t1.end || p.SkipXID != t2.xid || p.Skipped != 2 || p.LastTxEnd != t2.end {
+		t.Errorf("plan %+v; want start %s, skip 2 of xid %d", p, t1.end, t2.xid)
+	}
+	// No txId: nothing tells that the stored transaction is pending, so
+	// it is the slot-ahead case.
+	p, err = e.plan(t, debezium.Offset{LSN: t1.inserts[0], LSNCommit: t1.inserts[0]})
+	if err != nil || !p.SlotAhead || p.Start != t1.end {
+		t.Errorf("no txId: plan %+v, %v", p, err)
 	}
 }

@@ -185,16 +185,23 @@ func (t *translator) setOption(flag, value string, keys ...string) {
 	t.out.Options = append(t.out.Options, OptionValue{Flag: flag, Value: value, Keys: keys})
 }
 
-// redact hides secret values.
+// redact hides secret values: the whole value of a key that holds a
+// secret (passwords, JAAS configs, tokens, the USER:PASSWORD of a Schema
+// Registry's *.basic.auth.user.info), and the user information of any URL
+// in other values (a registry URL https://USER:PASSWORD@host).
 func redact(key, v string) string {
 	k := strings.ToLower(key)
-	for _, s := range []string{"password", "jaas.config", "secret", "token", "keystore.key", "credentials"} {
+	for _, s := range []string{"password", "jaas.config", "secret", "token", "keystore.key", "credentials", "user.info", "userinfo"} {
 		if strings.Contains(k, s) && v != "" {
 			return "xxxxx"
 		}
 	}
-	return v
+	return urlUserinfoRE.ReplaceAllString(v, "${1}xxxxx@")
 }
+
+// urlUserinfoRE matches the scheme and user information of a URL
+// (scheme://USERINFO@), in a value that may list several.
+var urlUserinfoRE = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s,]+@`)
 
 func (t *translator) translate() {
 	t.connectorClass()

@@ -11,6 +11,7 @@ import (
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/debezium"
 	"github.com/walbox/walbox/debezium/eventrouter"
+	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/slotctl"
 )
@@ -76,8 +77,39 @@ func (d *debeziumMode) setup(ctx context.Context, cfg config.Config, log *slog.L
 	if err != nil {
 		return slot, nil, err
 	}
+	if cfg.HeartbeatInterval > 0 {
+		warnHeartbeatListeners(ctx, cfg, log)
+	}
 	rt, err := d.router(ctx, cfg, log)
 	return slot, rt, err
+}
+
+// warnHeartbeatListeners warns when other logical slots of the database
+// (other Debezium connectors, during a partial migration) receive walbox's
+// heartbeats, which such a connector emits as records unless told not to.
+// Listing them is best effort: a failure is only logged.
+func warnHeartbeatListeners(ctx context.Context, cfg config.Config, log *slog.Logger) {
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		log.Debug("cannot list the database's other logical slots", "err", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	others, err := debezium.OtherLogicalSlots(ctx, conn, cfg.Slot)
+	if err != nil {
+		log.Debug("cannot list the database's other logical slots", "err", err)
+		return
+	}
+	if len(others) > 0 {
+		log.Warn("walbox's heartbeats are logical decoding messages, which reach every logical slot of the database: "+
+			"a Debezium connector on one of these slots emits each as a record to its <topic.prefix>.message topic; "+
+			"set "+debezium.HeartbeatPrefixExclude+" on those connectors, or run walbox with --heartbeat-interval 0 until they are migrated",
+			"other_slots", others, "prefix", heartbeat.Prefix)
+	}
 }
 
 // router reads the outbox tables' column facts and returns the EventRouter.

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/walbox/walbox/pipeline"
@@ -22,6 +25,88 @@ type kafkaPinger interface {
 	Ping(ctx context.Context) error
 }
 
+// httpLimits bound what a client of the metrics and health server can
+// hold: it serves anyone who reaches --metrics-addr, unauthenticated.
+type httpLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes, maxConns      int
+}
+
+// metricsHTTPLimits are the metrics server's limits. A scrape or a probe
+// is one small request: 10 s to read it and 30 s to write the answer
+// (a large /metrics to a slow scraper) are generous; a keep-alive
+// connection idle for 60 s is closed (Prometheus scrapes every 15 to 60 s
+// and reconnects when needed); 64 connections are far more than the
+// scrapers and probes of one process, and bound its file descriptors.
+var metricsHTTPLimits = httpLimits{
+	readHeader:     5 * time.Second,
+	read:           10 * time.Second,
+	write:          30 * time.Second,
+	idle:           60 * time.Second,
+	maxHeaderBytes: 16 << 10,
+	maxConns:       64,
+}
+
+// newHTTPServer returns a server for h with the timeouts and header limit
+// of lim; serve it on limitListener(ln, lim.maxConns).
+func newHTTPServer(h http.Handler, lim httpLimits) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.readHeader,
+		ReadTimeout:       lim.read,
+		WriteTimeout:      lim.write,
+		IdleTimeout:       lim.idle,
+		MaxHeaderBytes:    lim.maxHeaderBytes,
+	}
+}
+
+// limitedListener accepts at most cap(sem) connections at once: Accept
+// waits for a connection to close before accepting another, so the
+// clients beyond the limit wait in the kernel's backlog (a semaphore
+// listener, as golang.org/x/net/netutil.LimitListener, which walbox does
+// not otherwise depend on).
+type limitedListener struct {
+	net.Listener
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func limitListener(ln net.Listener, n int) *limitedListener {
+	return &limitedListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitedListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
 // healthz answers 200 as long as the process serves HTTP: a liveness probe
 // that restarts walbox only when it is wedged, never while it waits as a
 // standby or reconnects.
@@ -29,31 +114,68 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "alive")
 }
 
-// readyz answers 200 only while the relay streams from the slot and a Kafka
-// broker answers a ping; 503 with the reason while standby, connecting,
-// reconnecting, or Kafka is unreachable.
-func readyz(relay relayState, kafka kafkaPinger) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		notReady := func(reason string) {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready: "+reason)
-		}
-		switch {
-		case relay.Standby():
-			notReady("standby: another instance holds the slot")
-			return
-		case !relay.Streaming():
-			notReady("not streaming: connecting to postgres or retrying")
-			return
-		}
-		if kafka != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			defer cancel()
-			if err := kafka.Ping(ctx); err != nil {
-				notReady("kafka unreachable: " + err.Error())
-				return
-			}
-		}
-		fmt.Fprintln(w, "streaming")
+// readyCacheTTL is how long /readyz reuses a Kafka ping's result: probes
+// of several kubelets or load balancers, or anyone reaching the port, cost
+// at most one ping per period.
+const readyCacheTTL = time.Second
+
+// readiness is the /readyz handler: 200 only while the relay streams from
+// the slot and a Kafka broker answers a ping; 503 with the reason while
+// standby, connecting, reconnecting, or Kafka is unreachable. The reason
+// never includes the ping's error text (it names brokers, users and
+// causes, and the endpoint is unauthenticated): that is logged, once per
+// ping. Safe for concurrent use.
+type readiness struct {
+	relay relayState
+	kafka kafkaPinger
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu     sync.Mutex
+	pinged time.Time
+	ok     bool
+}
+
+func newReadiness(relay relayState, kafka kafkaPinger, log *slog.Logger) *readiness {
+	return &readiness{relay: relay, kafka: kafka, log: log, now: time.Now}
+}
+
+// kafkaOK pings Kafka unless the last ping is younger than readyCacheTTL.
+// Concurrent callers wait for the one ping in flight.
+func (h *readiness) kafkaOK() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.pinged.IsZero() && h.now().Sub(h.pinged) < readyCacheTTL {
+		return h.ok
 	}
+	// Not the request's context: a caller that hangs up must not make the
+	// cached result a failure.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := h.kafka.Ping(ctx)
+	if err != nil {
+		h.log.Warn("readiness: kafka unreachable", "err", err)
+	}
+	h.pinged, h.ok = h.now(), err == nil
+	return h.ok
+}
+
+func (h *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	notReady := func(reason string) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not ready: "+reason)
+	}
+	switch {
+	case h.relay.Standby():
+		notReady("standby: another instance holds the slot")
+		return
+	case !h.relay.Streaming():
+		notReady("not streaming: connecting to postgres or retrying")
+		return
+	}
+	if h.kafka != nil && !h.kafkaOK() {
+		notReady("kafka unreachable (the cause is in walbox's log)")
+		return
+	}
+	fmt.Fprintln(w, "streaming")
 }

@@ -38,7 +38,11 @@ offset.storage.topic of the worker configuration), under the connector's name
 and topic.prefix.
 
 walbox refuses, changing nothing, when the slot is missing or still in use, or
-when the slot is confirmed past the stored offset (events would be skipped).
+when the stored offset is from an unfinished snapshot. A slot confirmed past
+the stored offset (Debezium confirms the slot before Connect stores the next
+offset, so a killed Debezium leaves it ahead) is taken over from the slot's
+position, with a warning: Debezium's events after it are sent again, at most
+one offset flush interval of them.
 Nothing is written before streaming: if walbox stops before it confirms a
 position, running this command again plans the same start. Once walbox has
 streamed, the takeover is done: start walbox run with the same options.
@@ -115,6 +119,10 @@ func migrateMain(args []string, getenv func(string) string, stdout, stderr io.Wr
 			log.Info("taking over Debezium's slot", "slot", cfg.Slot, "offset_lsn", p.Offset.LSN.String(), "offset_lsn_commit", p.Offset.LSNCommit.String(),
 				"offset_txid", p.Offset.TxID, "slot_confirmed_lsn", p.SlotConfirmed.String(), "start_lsn", p.Start.String(),
 				"resent_events", p.Resent, "skipped_events", p.Skipped, "why", p.Why)
+			if p.SlotAhead {
+				log.Warn("the slot is confirmed past Debezium's stored offset: starting from the slot", "slot", cfg.Slot,
+					"slot_confirmed_lsn", p.SlotConfirmed.String(), "offset_lsn_commit", p.Offset.LSNCommit.String(), "why", p.Why)
+			}
 			if p.SkipXID != 0 {
 				skipper = newSentSkipper(p.SkipXID, p.SkipUpTo)
 			}

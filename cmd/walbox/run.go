@@ -57,6 +57,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if err != nil {
 		return err
 	}
+	warnTransport(cfg, dbz, log)
 	var (
 		rt  pipeline.Router
 		wrt *router.Router
@@ -156,7 +157,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl)
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, log)
 	if err != nil {
 		return err
 	}
@@ -263,7 +264,7 @@ func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
 
 // startMetricsServer binds before returning so a port clash is a startup
 // error, not a log line later. An empty addr disables it.
-func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger) (*metricsServer, error) {
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, log *slog.Logger) (*metricsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -274,6 +275,6 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", healthz)
-	mux.Handle("/readyz", readyz(relay, kafka))
-	return &metricsServer{Server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}, nil
+	mux.Handle("/readyz", newReadiness(relay, kafka, log))
+	return &metricsServer{Server: newHTTPServer(mux, metricsHTTPLimits), ln: limitListener(ln, metricsHTTPLimits.maxConns)}, nil
 }

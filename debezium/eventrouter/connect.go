@@ -1,6 +1,7 @@
 package eventrouter
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -210,7 +211,7 @@ func appendValueJSON(dst []byte, s *schema, v any) ([]byte, error) {
 		if !ok {
 			return dst, mismatch(s, v)
 		}
-		return appendJavaDouble(dst, f), nil
+		return appendJSONDouble(dst, f), nil
 	case kBool:
 		b, ok := v.(bool)
 		if !ok {
@@ -272,7 +273,7 @@ func appendInferredJSON(dst []byte, v any) ([]byte, error) {
 	case bool:
 		return strconv.AppendBool(dst, x), nil
 	case float64:
-		return appendJavaDouble(dst, x), nil
+		return appendJSONDouble(dst, x), nil
 	case []byte:
 		dst = append(dst, '"')
 		dst = base64.StdEncoding.AppendEncode(dst, x)
@@ -345,6 +346,18 @@ func appendJSONString(dst []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if c == 0xed {
+			// A surrogate that is not half of a pair (only the JSON
+			// payload's \u escapes make one, see str): escaped, as Jackson
+			// writes every surrogate.
+			if u := wtf8Surrogate(s, i); u != 0 {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, '\\', 'u', hex[u>>12&0xf], hex[u>>8&0xf], hex[u>>4&0xf], hex[u&0xf])
+				i += 2
+				start = i + 1
+			}
+			continue
+		}
 		if c >= 0xf0 {
 			// A character beyond the Basic Multilingual Plane: Jackson's
 			// UTF-8 generator writes its UTF-16 surrogate pair escaped.
@@ -454,9 +467,33 @@ func appendJavaDouble(dst []byte, f float64) []byte {
 	return strconv.AppendInt(dst, int64(exp), 10)
 }
 
-// javaString is value.toString() as StringConverter calls it.
+// appendJSONDouble writes f as Jackson does: a number, or for NaN and the
+// infinities the string Double.toString gives (QUOTE_NON_NUMERIC_NUMBERS,
+// on by default), since JSON has no such numbers.
+func appendJSONDouble(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return appendJSONString(dst, string(appendJavaDouble(nil, f)))
+	}
+	return appendJavaDouble(dst, f)
+}
+
+// javaString is value.toString() as StringConverter calls it, encoded as
+// its String.getBytes(UTF_8) encodes: a lone surrogate becomes '?'.
 func javaString(v any) string {
-	return string(appendJavaString(nil, v))
+	b := appendJavaString(nil, v)
+	if bytes.IndexByte(b, 0xed) >= 0 {
+		s := string(b)
+		b = b[:0]
+		for i := 0; i < len(s); i++ {
+			if wtf8Surrogate(s, i) != 0 {
+				b = append(b, '?')
+				i += 2
+				continue
+			}
+			b = append(b, s[i])
+		}
+	}
+	return string(b)
 }
 
 func appendJavaString(dst []byte, v any) []byte {

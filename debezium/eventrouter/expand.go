@@ -38,6 +38,47 @@ type jnode struct {
 	keys  []string // object members in first-occurrence order
 	vals  []*jnode // a repeated key keeps its place and takes the last value
 	elems []*jnode
+	// index maps keys to their position once an object has more than
+	// indexMembers of them: a linear search per member would make
+	// parsing, inference and conversion quadratic in the members.
+	index map[string]int
+}
+
+const indexMembers = 8
+
+// member returns the position of key k in object n, or -1.
+func (n *jnode) member(k string) int {
+	if n.index != nil {
+		if i, ok := n.index[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, have := range n.keys {
+		if have == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// setMember adds member k = v to object n, or replaces the value of a
+// repeated key in its first place, as Jackson's ObjectNode does.
+func (n *jnode) setMember(k string, v *jnode) {
+	if i := n.member(k); i >= 0 {
+		n.vals[i] = v
+		return
+	}
+	n.keys, n.vals = append(n.keys, k), append(n.vals, v)
+	switch {
+	case n.index != nil:
+		n.index[k] = len(n.keys) - 1
+	case len(n.keys) > indexMembers:
+		n.index = make(map[string]int, 2*len(n.keys))
+		for i, have := range n.keys {
+			n.index[have] = i
+		}
+	}
 }
 
 var errJSONSyntax = errors.New("not valid JSON")
@@ -54,7 +95,15 @@ type jparser struct {
 	pos int
 }
 
-const maxDepth = 1000 // Jackson's default StreamReadConstraints nesting limit
+// Jackson 2.21's default StreamReadConstraints, which Debezium's
+// ObjectMapper applies: past any of them readTree throws, the expansion
+// fails and the payload stays a string.
+const (
+	maxDepth        = 1000       // nested arrays and objects
+	maxNumberLength = 1000       // digits of an integer; of a float's integer, fraction and exponent together
+	maxStringLength = 20_000_000 // UTF-16 units of a string value
+	maxNameLength   = 50_000     // UTF-16 units of an object member's name
+)
 
 // separator reads what follows a member or element: a comma (another one
 // comes, end false) or the closing bracket (end true).
@@ -85,16 +134,17 @@ func (p *jparser) ws() {
 	}
 }
 
+// value reads a value inside depth containers.
 func (p *jparser) value(depth int) (*jnode, error) {
-	if depth > maxDepth {
-		return nil, errJSONSyntax
-	}
 	p.ws()
 	if p.pos >= len(p.s) {
 		return nil, errJSONSyntax
 	}
 	switch c := p.s[p.pos]; {
 	case c == '{':
+		if depth >= maxDepth {
+			return nil, errJSONSyntax
+		}
 		p.pos++
 		n := &jnode{typ: jObject}
 		p.ws()
@@ -107,7 +157,7 @@ func (p *jparser) value(depth int) (*jnode, error) {
 			if p.pos >= len(p.s) || p.s[p.pos] != '"' {
 				return nil, errJSONSyntax
 			}
-			k, err := p.str()
+			k, err := p.str(maxNameLength)
 			if err != nil {
 				return nil, err
 			}
@@ -120,16 +170,7 @@ func (p *jparser) value(depth int) (*jnode, error) {
 			if err != nil {
 				return nil, err
 			}
-			replaced := false
-			for i, have := range n.keys {
-				if have == k {
-					n.vals[i], replaced = v, true
-					break
-				}
-			}
-			if !replaced {
-				n.keys, n.vals = append(n.keys, k), append(n.vals, v)
-			}
+			n.setMember(k, v)
 			end, err := p.separator('}')
 			if err != nil {
 				return nil, err
@@ -139,6 +180,9 @@ func (p *jparser) value(depth int) (*jnode, error) {
 			}
 		}
 	case c == '[':
+		if depth >= maxDepth {
+			return nil, errJSONSyntax
+		}
 		p.pos++
 		n := &jnode{typ: jArray}
 		p.ws()
@@ -161,7 +205,7 @@ func (p *jparser) value(depth int) (*jnode, error) {
 			}
 		}
 	case c == '"':
-		s, err := p.str()
+		s, err := p.str(maxStringLength)
 		return &jnode{typ: jString, s: s}, err
 	case c == 't' || c == 'f' || c == 'n':
 		for _, lit := range []string{"true", "false", "null"} {
@@ -205,31 +249,38 @@ func (p *jparser) number() (*jnode, error) {
 		return n
 	}
 	intStart := p.pos
-	if digits() == 0 {
+	intLen := digits()
+	if intLen == 0 {
 		return nil, errJSONSyntax
 	}
+	length := intLen
 	if p.s[intStart] == '0' && p.pos-intStart > 1 {
 		return nil, errJSONSyntax // leading zeros
 	}
 	isFloat := false
 	if p.pos < len(p.s) && p.s[p.pos] == '.' {
 		p.pos++
-		if digits() == 0 {
+		n := digits()
+		if n == 0 {
 			return nil, errJSONSyntax
 		}
-		isFloat = true
+		isFloat, length = true, length+n
 	}
 	if p.pos < len(p.s) && (p.s[p.pos] == 'e' || p.s[p.pos] == 'E') {
 		p.pos++
 		if p.pos < len(p.s) && (p.s[p.pos] == '+' || p.s[p.pos] == '-') {
 			p.pos++
 		}
-		if digits() == 0 {
+		n := digits()
+		if n == 0 {
 			return nil, errJSONSyntax
 		}
-		isFloat = true
+		isFloat, length = true, length+n
 	}
 	if p.pos < len(p.s) && isIdentChar(p.s[p.pos]) {
+		return nil, errJSONSyntax
+	}
+	if length > maxNumberLength {
 		return nil, errJSONSyntax
 	}
 	text := p.s[start:p.pos]
@@ -253,7 +304,12 @@ func (p *jparser) number() (*jnode, error) {
 	return &jnode{typ: jLong, i: n}, nil
 }
 
-func (p *jparser) str() (string, error) {
+// str reads a string of at most limit UTF-16 units. A \u escape of a
+// surrogate that is not half of a pair is kept, as the Java char it is,
+// encoded as WTF-8 (the three bytes UTF-8 would give it), which
+// appendJSONString writes escaped and javaString as '?', as Jackson and
+// Java's UTF-8 encoder do.
+func (p *jparser) str(limit int) (string, error) {
 	p.pos++ // opening quote
 	var out []byte
 	start := p.pos
@@ -263,6 +319,9 @@ func (p *jparser) str() (string, error) {
 		case c == '"':
 			out = append(out, p.s[start:p.pos]...)
 			p.pos++
+			if len(out) > limit && utf16Len(out) > limit {
+				return "", errJSONSyntax
+			}
 			return string(out), nil
 		case c < 0x20:
 			return "", errJSONSyntax
@@ -301,7 +360,7 @@ func (p *jparser) str() (string, error) {
 						p.pos = save
 					}
 				}
-				out = utf8.AppendRune(out, r)
+				out = appendWTF8(out, r)
 			default:
 				return "", errJSONSyntax
 			}
@@ -311,6 +370,43 @@ func (p *jparser) str() (string, error) {
 		}
 	}
 	return "", errJSONSyntax
+}
+
+// appendWTF8 appends r as UTF-8, a surrogate included.
+func appendWTF8(b []byte, r rune) []byte {
+	if utf16.IsSurrogate(r) {
+		return append(b, byte(0xe0|r>>12), byte(0x80|r>>6&0x3f), byte(0x80|r&0x3f))
+	}
+	return utf8.AppendRune(b, r)
+}
+
+// wtf8Surrogate returns the surrogate that s holds WTF-8 encoded at i, or
+// 0.
+func wtf8Surrogate(s string, i int) rune {
+	if i+2 < len(s) && s[i] == 0xed && s[i+1] >= 0xa0 && s[i+1] <= 0xbf && s[i+2]&0xc0 == 0x80 {
+		return 0xd000 | rune(s[i+1]&0x3f)<<6 | rune(s[i+2]&0x3f)
+	}
+	return 0
+}
+
+// utf16Len is the length of b in UTF-16 units, as Java counts a string.
+func utf16Len(b []byte) int {
+	n := 0
+	for i := 0; i < len(b); {
+		_, size := utf8.DecodeRune(b[i:])
+		if size == 4 {
+			n++
+		}
+		n++
+		if size < 1 {
+			size = 1
+		}
+		if size == 1 && b[i] == 0xed && i+2 < len(b) { // a WTF-8 surrogate
+			size = 3
+		}
+		i += size
+	}
+	return n
 }
 
 func (p *jparser) hex4() (rune, bool) {
@@ -382,7 +478,7 @@ func (in inferrer) schemaOf(key string, n *jnode) (*schema, error) {
 			if err != nil {
 				return nil, err
 			}
-			if fs != nil && s.fieldIndex(k) < 0 {
+			if fs != nil { // n.keys holds each key once
 				s.fields = append(s.fields, field{name: k, schema: fs})
 			}
 		}
@@ -488,16 +584,15 @@ func mergeSchema(left, right *schema) *schema {
 		return right
 	}
 	fields := append([]field(nil), left.fields...)
+	at := make(map[string]int, len(fields)+len(right.fields))
+	for i, f := range fields {
+		at[f.name] = i
+	}
 	for _, f := range right.fields {
-		i := -1
-		for j := range fields {
-			if fields[j].name == f.name {
-				i = j
-				break
-			}
-		}
+		i, ok := at[f.name]
 		switch {
-		case i < 0:
+		case !ok:
+			at[f.name] = len(fields)
 			fields = append(fields, f)
 		case !fields[i].schema.equal(f.schema) && fields[i].schema.typ == kBytes && f.schema.typ != kBytes:
 			fields[i] = f
@@ -519,13 +614,7 @@ func valueOf(n *jnode, s *schema) (any, error) {
 func structOf(n *jnode, s *schema) (*structVal, error) {
 	st := &structVal{schema: s, values: make([]any, len(s.fields))}
 	for i, f := range s.fields {
-		idx := -1
-		for j, k := range n.keys {
-			if k == f.name {
-				idx = j
-				break
-			}
-		}
+		idx := n.member(f.name)
 		if idx < 0 {
 			continue
 		}

@@ -37,6 +37,16 @@ var expandCorpus = []string{
 	`{"empty": [], "obj": {}, "zero": 0, "neg": -12}`,
 	`{"a": [12345678901234567890, 1]}`,
 	`{bad json}`, `{"a": 01}`, `{"a": 1,}`, `[1, 2`, `{"a": "\ud83d\ude00"}`,
+	// Non-finite numbers, lone surrogates and Jackson's read limits.
+	`{"x": 1e999, "y": -1e999, "z": 1.5}`, `{"x": [1e999, 2.5]}`,
+	`{"x": "a\ud800b", "y": "\udc01", "z": "\ude00\ud83d", "\ud800": 1}`,
+	`{"x": ` + strings.Repeat("1", 1000) + `}`, `{"x": ` + strings.Repeat("1", 1001) + `}`,
+	`{"x": 1.` + strings.Repeat("5", 999) + `}`, `{"x": 1.` + strings.Repeat("5", 1000) + `}`,
+	`{"x": 1.5e` + strings.Repeat("0", 997) + `1}`, `{"x": 1.5e` + strings.Repeat("0", 998) + `1}`,
+	`{"` + strings.Repeat("n", 50_000) + `": 1}`, `{"` + strings.Repeat("n", 50_001) + `": 1}`,
+	`{"x": ` + strings.Repeat("[", 998) + "{}" + strings.Repeat("]", 998) + `}`,
+	`{"x": ` + strings.Repeat("[", 999) + "{}" + strings.Repeat("]", 999) + `}`,
+	`{"x": ` + strings.Repeat("[", 999) + "1" + strings.Repeat("]", 999) + `}`,
 }
 
 // randomJSON returns a random JSON document biased towards the shapes above.

@@ -301,8 +301,20 @@ func (r *Router) Route(ins *decoder.Insert) (router.Routed, error) {
 	return r.invalid(ins, b, eventID, rerr)
 }
 
-// get returns column i's schema and value, or why there is none.
+// get returns column i's schema and value, or why there is none; a NULL
+// reads as the column's default, as Struct.get returns it.
 func (r *Router) get(ins *decoder.Insert, b *binding, i int, key, column string) (*schema, any, *rowError) {
+	s, v, rerr := r.getRaw(ins, b, i, key, column)
+	if rerr == nil && v == nil {
+		v = s.def
+	}
+	return s, v, rerr
+}
+
+// getRaw is get without the default: an explicit NULL stays nil, as
+// Debezium reads the route-by and the timestamp columns
+// (Struct.getWithoutDefault).
+func (r *Router) getRaw(ins *decoder.Insert, b *binding, i int, key, column string) (*schema, any, *rowError) {
 	if i < 0 {
 		return nil, nil, rowErr(column, "%s: table %s has no column %q", key, ins.Relation.QualifiedName(), column)
 	}
@@ -312,9 +324,6 @@ func (r *Router) get(ins *decoder.Insert, b *binding, i int, key, column string)
 	v, err := columnValue(&ins.Relation.Columns[i], b.schemas[i], &ins.Values[i])
 	if err != nil {
 		return nil, nil, rowErr(column, "%s: %v", key, err)
-	}
-	if v == nil {
-		v = b.schemas[i].def // Struct.get: a null field reads as its default
 	}
 	return b.schemas[i], v, nil
 }
@@ -360,7 +369,7 @@ func (r *Router) build(ins *decoder.Insert, b *binding) (*kgo.Record, string, *r
 			return nil
 		}
 		routeByFetched = true
-		s, v, rerr := r.get(ins, b, b.routeBy, "route.by.field", cfg.RouteByColumn)
+		s, v, rerr := r.getRaw(ins, b, b.routeBy, "route.by.field", cfg.RouteByColumn)
 		if rerr != nil {
 			return rerr
 		}
@@ -484,6 +493,11 @@ func (r *Router) valueSchema(ins *decoder.Insert, b *binding, payloadSchema *sch
 		}
 		vs.fields = append(vs.fields, field{name: alias(p), schema: b.schemas[idx]})
 	}
+	if routeBy == nil {
+		// The row fails (no topic): its schema name, with "null" in it,
+		// must not be served to the next rows.
+		return vs, nil
+	}
 	if len(r.valueSchemas) >= 10000 {
 		clear(r.valueSchemas)
 	}
@@ -500,7 +514,7 @@ func (r *Router) timestamp(ins *decoder.Insert, b *binding) (int64, *rowError) {
 	if col == "" {
 		return r.now().UnixMilli(), nil
 	}
-	s, v, rerr := r.get(ins, b, b.ts, "table.field.event.timestamp", col)
+	s, v, rerr := r.getRaw(ins, b, b.ts, "table.field.event.timestamp", col)
 	if rerr != nil {
 		return 0, rerr
 	}
@@ -544,11 +558,49 @@ func convert(c ConverterConfig, s *schema, v any) ([]byte, error) {
 		if s == nil && v == nil {
 			return nil, nil
 		}
+		var b []byte
+		var err error
 		if c.SchemasEnable {
-			return appendJSONEnvelope(nil, s, v)
+			b, err = appendJSONEnvelope(nil, s, v)
+		} else {
+			b, err = appendValueJSON(nil, s, v)
 		}
-		return appendValueJSON(nil, s, v)
+		if err == nil && jsonDeeperThan(b, maxDepth) {
+			// Jackson's StreamWriteConstraints: JsonConverter throws.
+			return nil, errConversionf("document nesting depth exceeds the maximum allowed (%d)", maxDepth)
+		}
+		return b, err
 	}
+}
+
+// jsonDeeperThan reports whether JSON text b nests arrays and objects
+// deeper than limit. Only a JSON payload expanded from the outbox can come
+// near it (the record's envelope and, with schemas, the schema's JSON add
+// levels to the payload's own).
+func jsonDeeperThan(b []byte, limit int) bool {
+	if len(b) <= 2*limit {
+		return false
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // invalid reports a row Debezium would fail on.
