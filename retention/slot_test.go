@@ -231,7 +231,9 @@ func TestKeeperCrashes(t *testing.T) {
 		go func() { done <- k.Run(ctx) }()
 		waitFor(t, func() bool {
 			var n int
-			_ = e.conn.QueryRow(ctxT(t), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, e.tr).Scan(&n)
+			// pg_copy_logical_replication_slot makes the slot visible
+			// before it fills in its position: wait for the position.
+			_ = e.conn.QueryRow(ctxT(t), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn IS NOT NULL`, e.tr).Scan(&n)
 			return n == 1
 		})
 		if round > 0 {
