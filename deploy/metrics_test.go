@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walbox/walbox/heartbeat"
+	"github.com/walbox/walbox/internal/version"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/slotctl"
@@ -51,6 +52,10 @@ func registered(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	if _, err := retention.New(retention.Config{Slot: slotctl.DefaultSlot, Window: time.Hour}, cc, func() pglogrepl.LSN { return 0 }, reg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	// walbox_build_info, registered by walbox run next to the collectors.
+	if err := version.Register(reg, version.Get()); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/internal/connerr"
+	"github.com/walbox/walbox/internal/version"
 )
 
 const usageFormat = `slotctl manages the Postgres side of walbox: the publication over the outbox
@@ -34,6 +35,8 @@ Usage:
                   copy the slot into a new permanent slot NAME
   slotctl help [command]
                   show this help, or a command's
+  slotctl version
+                  print the version, the VCS revision and the Go version
   Every command needs the database: --pg-dsn DSN, or the environment variable
   WALBOX_PG_DSN, or pg_dsn in the YAML file of --config FILE; for example
     slotctl create --pg-dsn "postgres://walbox:PASSWORD@localhost:5432/app"
@@ -163,6 +166,9 @@ func run(ctx context.Context, args []string, e env) int {
 	switch name {
 	case "-h", "-help", "--help":
 		fmt.Fprint(e.stdout, usageText)
+		return exitOK
+	case "version", "--version":
+		fmt.Fprintln(e.stdout, "slotctl", version.Get())
 		return exitOK
 	case "reference": // hidden: writes docs/slotctl.md (reference.go)
 		writeReference(e.stdout)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/internal/connerr"
+	"github.com/walbox/walbox/internal/version"
 )
 
 // Exit codes, in one place so scripts and the e2e suite can rely on them.
@@ -46,7 +47,7 @@ Usage:
                            print the effective configuration with the source
                            of each value, secrets redacted, and every problem
   walbox config reference  print the Markdown reference of every option
-  walbox version           print the version
+  walbox version           print the version, the VCS revision and the Go version
   walbox help              show this help
 
 Run 'walbox run --help' for every option; each can also be set by an
@@ -63,7 +64,7 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprint(stdout, usageText)
 		return exitOK
 	case "version", "--version":
-		fmt.Fprintln(stdout, "walbox", version)
+		fmt.Fprintln(stdout, "walbox", version.Get())
 		return exitOK
 	case "run":
 		cfg, err := config.Load(args[1:], getenv, stdout)
@@ -98,9 +99,6 @@ func mainCode(args []string, getenv func(string) string, stdout, stderr io.Write
 		return exitUsage
 	}
 }
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // oneLine folds a possibly multi-line error (errors.Join) into one line, so
 // the fatal reason is a single line on stderr as operators and supervisors

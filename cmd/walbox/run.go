@@ -18,6 +18,7 @@ import (
 
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/internal/connerr"
+	"github.com/walbox/walbox/internal/version"
 	"github.com/walbox/walbox/kafkasec"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
@@ -49,7 +50,8 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 			log.Error("fatal", "err", connerr.Describe(err))
 		}
 	}()
-	log.Info("starting", "version", version, "config", fmt.Sprintf("%+v", cfg.Redacted()))
+	build := version.Get()
+	log.Info("starting", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "config", fmt.Sprintf("%+v", cfg.Redacted()))
 
 	// Debezium mode (--debezium-config) routes with Debezium's EventRouter;
 	// wrt, walbox's own router, is nil then.
@@ -71,6 +73,9 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := version.Register(reg, build); err != nil {
+		return err
+	}
 
 	kc, err := kafkaConfig(cfg, log)
 	if err != nil {
