@@ -44,13 +44,17 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.tracker = checkpoint.New(r.eos.safe)
 	}
 	start := r.tracker.Rewind()
-	if r.eos != nil {
-		// What the committed position is checked against, and recorded
-		// with (history.go).
-		if r.eos.server, err = identifyServer(ctx, conn, r.cfg.Slot); err != nil {
-			return false, err
-		}
+	// The server's history: what walbox's position is checked against
+	// (failover.go) and, in exactly-once mode, what the committed position
+	// is checked against and recorded with (history.go).
+	srv, err := identifyServer(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return false, err
 	}
+	if r.eos != nil {
+		r.eos.server = srv
+	}
+	start = r.adoptHistory(start, srv)
 	args := []string{
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
@@ -380,9 +384,16 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 		rec = l.eosDivert(rec, m)
 	}
 	l.txn.Add(1)
-	l.dedup.remember(key)
+	l.remember(key)
 	l.produce(rec, m)
 	return nil
+}
+
+// remember records the key of a record about to be produced: for the
+// reconnect dedup window, and for what a failover may erase (failover.go).
+func (l *loop) remember(key replayKey) {
+	l.dedup.remember(key)
+	l.sent.add(key.commit)
 }
 
 // handleMessage routes a transactional outbox message (see message.go);
@@ -415,7 +426,7 @@ func (l *loop) handleMessage(m *decoder.Message, key replayKey) error {
 		return err
 	}
 	l.txn.Add(1)
-	l.dedup.remember(key)
+	l.remember(key)
 	l.produce(rec, im)
 	return nil
 }
@@ -479,7 +490,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	if standalone {
 		l.tracker.Commit(txn, m.LSN)
 	}
-	l.dedup.remember(key)
+	l.remember(key)
 	l.produce(rec, im)
 	if standalone && l.eos != nil {
 		l.eosUnitDone(key, m.LSN)

@@ -1,0 +1,299 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/walbox/walbox/internal/faultproxy"
+	"github.com/walbox/walbox/internal/fulltest"
+	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// failoverVersions are the installed PostgreSQL versions with failover
+// slots (17+): the newest one in the short suite, all of them in the long
+// one.
+func failoverVersions(t *testing.T) []pgtest.Version {
+	t.Helper()
+	installed, err := pgtest.InstalledVersions()
+	if err != nil {
+		t.Skipf("no PostgreSQL installed: %v", err)
+	}
+	var out []pgtest.Version
+	for _, v := range installed {
+		if v.Major >= 17 {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("failover slots need PostgreSQL 17 or newer; none is installed")
+	}
+	return fulltest.Pick(out[len(out)-1:], out)
+}
+
+// failoverPair is a primary with a streaming standby that synchronizes the
+// failover slot "walbox", and walbox reaching whichever is the primary
+// through one endpoint, as behind a DNS name or a VIP.
+type failoverPair struct {
+	primary, standby *pgtest.Server
+	// link carries the standby's replication connection to the primary;
+	// endpoint carries walbox's connections.
+	link, endpoint *faultproxy.Proxy
+	conn           *pgx.Conn // to the primary, then to the promoted standby
+	brokers        []string
+	reg            *prometheus.Registry
+	relay          *pipeline.Relay
+	done           chan error
+}
+
+// startFailoverPair starts the pair; synchronized makes the primary hold
+// logical changes back until the standby has them (synchronized_standby_slots).
+func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, synchronized bool) *failoverPair {
+	t.Helper()
+	p := &failoverPair{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	p.primary = pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
+	conn, err := pgx.Connect(ctx, p.primary.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_create_physical_replication_slot('standby')`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	p.link = faultproxy.New(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(p.primary.Port())))
+	p.standby = pgtest.Standby(t, p.primary, pgtest.StandbyOptions{
+		PrimaryPort: p.link.Port(), PrimarySlotName: "standby",
+		Settings: map[string]string{"sync_replication_slots": "on", "hot_standby_feedback": "on"},
+	})
+	// StartStandby restarted the primary: connect again.
+	if p.conn, err = pgx.Connect(ctx, p.primary.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.conn.Close(context.Background()) })
+	if synchronized {
+		// Set after the copy: the promoted standby has no slot "standby",
+		// and would hold every logical change back waiting for it.
+		if _, err := p.conn.Exec(ctx, `ALTER SYSTEM SET synchronized_standby_slots = 'standby'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true, Failover: true}
+	if err := slotctl.EnsurePublication(ctx, p.conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := slotctl.EnsureSlot(ctx, p.conn, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.endpoint = faultproxy.New(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(p.primary.Port())))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	p.brokers = cluster.ListenAddrs()
+	log := testLogger(t)
+	limits := pipeline.NewKafkaTopicLimits()
+	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: p.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}, log, p.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kcl.Close)
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.Config{
+		ConnString: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", p.endpoint.Port()),
+		Slot:       "walbox", Publication: "walbox",
+		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		TopicLimits: limits,
+	}
+	if p.relay, err = pipeline.New(cfg, kcl, rt, p.reg, log); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	go func() { p.done <- p.relay.Run(rctx, slot.ConfirmedFlushLSN) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-p.done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	return p
+}
+
+// walboxSlot returns the confirmed position of the slot on srv, and whether
+// it is a synchronized copy (PostgreSQL 17+ standbys).
+func walboxSlot(t *testing.T, ctx context.Context, srv *pgtest.Server) (confirmed pglogrepl.LSN, found bool) {
+	t.Helper()
+	c, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	err = c.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walbox' AND NOT temporary AND confirmed_flush_lsn IS NOT NULL`).Scan(&confirmed)
+	if err == pgx.ErrNoRows {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return confirmed, true
+}
+
+// TestRelayResumesOnTheSwitchPointAfterAFailover reproduces the lost rows: the
+// standby lags (its link to the primary is cut), walbox streams and confirms
+// transactions the standby never receives, the primary crashes and the
+// standby is promoted. walbox used to ask the new primary to start at its
+// own position on the old timeline, beyond the switch point, and the server
+// skipped every new transaction committed below it: 160 rows silently lost.
+// Now walbox resumes at the switch point, delivers every row the new primary
+// holds, in order, and reports what the failover erased.
+func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
+	for _, v := range failoverVersions(t) {
+		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, false) })
+	}
+}
+
+// TestRelayFollowsAFailoverWithSynchronizedStandbySlots: with
+// synchronized_standby_slots the primary sends walbox nothing the standby
+// lacks, so after the promotion every row arrives and nothing was erased.
+func TestRelayFollowsAFailoverWithSynchronizedStandbySlots(t *testing.T) {
+	for _, v := range failoverVersions(t) {
+		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, true) })
+	}
+}
+
+// testFailover: a writer, the primary crashed mid-stream, the standby
+// promoted. Unless synchronized, the standby is cut off before the crash and
+// misses what walbox already sent.
+func testFailover(t *testing.T, v pgtest.Version, synchronized bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startFailoverPair(t, ctx, v, synchronized)
+	consumer, err := outboxtest.NewConsumer(p.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	gen := outboxtest.NewGenerator(19, 20)
+	var kept, erased []outboxtest.Event // on the new primary, and not
+	write := func(txns, size int) []outboxtest.Event {
+		var out []outboxtest.Event
+		for range txns {
+			evs := gen.Batch(size)
+			if err := outboxtest.WriteTx(ctx, p.conn, evs); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, evs...)
+		}
+		return out
+	}
+	var got []outboxtest.Received
+	readAll := func(n int, what string) {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		rest, err := consumer.ReadUntil(rctx, func(r []outboxtest.Received) bool {
+			return outboxtest.DistinctIDs(append(got, r...)) >= n
+		})
+		got = append(got, rest...)
+		if err != nil {
+			t.Fatalf("%s: %v (%v)", what, err, outboxtest.Check(append(kept, erased...), got))
+		}
+	}
+
+	// Shared history: delivered, confirmed, and the confirmed slot synced
+	// to the standby.
+	kept = append(kept, write(50, 4)...)
+	readAll(len(kept), "consume before the standby lags")
+	var primaryPos pglogrepl.LSN
+	if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&primaryPos); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "walbox to confirm the shared history", func() bool {
+		c, _ := walboxSlot(t, ctx, p.primary)
+		return c >= primaryPos
+	})
+	waitFor(t, 60*time.Second, "the standby to synchronize the slot", func() bool {
+		if _, err := p.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		c, ok := walboxSlot(t, ctx, p.standby)
+		return ok && c >= primaryPos
+	})
+
+	// The standby is cut off; walbox streams and confirms what it never
+	// receives.
+	if synchronized {
+		kept = append(kept, write(40, 4)...)
+	} else {
+		p.link.Drop()
+		erased = write(40, 4)
+	}
+	readAll(len(kept)+len(erased), "consume while the standby lags")
+	if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&primaryPos); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "walbox to confirm what the standby lacks", func() bool {
+		c, _ := walboxSlot(t, ctx, p.primary)
+		return c >= primaryPos
+	})
+
+	// Crash, promote, move the endpoint.
+	if err := p.primary.StopImmediate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.standby.Port()))); err != nil {
+		t.Fatal(err)
+	}
+	p.conn.Close(ctx)
+	if p.conn, err = pgx.Connect(ctx, p.standby.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	// More WAL than the standby missed, so new transactions commit below
+	// walbox's old position as well as beyond it.
+	kept = append(kept, write(80, 4)...)
+	var onNew int
+	if err := p.conn.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&onNew); err != nil {
+		t.Fatal(err)
+	}
+	if onNew != len(kept) {
+		t.Fatalf("the new primary holds %d rows, want %d", onNew, len(kept))
+	}
+
+	readAll(len(kept)+len(erased), "consume after the failover")
+	rep := outboxtest.Check(append(append([]outboxtest.Event(nil), kept...), erased...), got)
+	t.Logf("after the failover: %v", rep)
+	if !rep.OK() {
+		t.Fatalf("delivery after the failover: %v", rep)
+	}
+	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(len(erased)) {
+		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of the transactions the standby never received)", n, len(erased))
+	}
+}
