@@ -23,6 +23,11 @@ import (
 // streamed reports whether the session got as far as streaming, which resets
 // the reconnect backoff.
 func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
+	if r.standby.Load() {
+		if held, err := slotHeldElsewhere(ctx, r.cfg.ConnString, r.cfg.Slot); err == nil && held {
+			return false, fmt.Errorf("slot %q: %w", r.cfg.Slot, errSlotActive)
+		}
+	}
 	conn, err := connectReplication(ctx, r.cfg.ConnString)
 	if err != nil {
 		return false, err
