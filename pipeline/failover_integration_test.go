@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/internal/faultproxy"
 	"github.com/walbox/walbox/internal/fulltest"
@@ -59,8 +60,9 @@ type failoverPair struct {
 }
 
 // startFailoverPair starts the pair; synchronized makes the primary hold
-// logical changes back until the standby has them (synchronized_standby_slots).
-func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, synchronized bool) *failoverPair {
+// logical changes back until the standby has them (synchronized_standby_slots),
+// eos runs walbox with --delivery exactly-once.
+func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, synchronized, eos bool) *failoverPair {
 	t.Helper()
 	p := &failoverPair{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	p.primary = pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
@@ -114,11 +116,27 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, sync
 	p.brokers = cluster.ListenAddrs()
 	log := testLogger(t)
 	limits := pipeline.NewKafkaTopicLimits()
-	kcl, err := pipeline.NewKafkaClient(pipeline.KafkaConfig{Brokers: p.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}, log, p.reg)
+	kc := pipeline.KafkaConfig{Brokers: p.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}
+	if eos {
+		kc.TransactionalID = pipeline.TransactionalIDFor("walbox")
+	}
+	var clients []*kgo.Client
+	t.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+	newClient := func() (*kgo.Client, error) {
+		c, err := pipeline.NewKafkaClient(kc, log, p.reg)
+		if err == nil {
+			clients = append(clients, c)
+		}
+		return c, err
+	}
+	kcl, err := newClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(kcl.Close)
 	rt, err := router.New(router.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +147,13 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, sync
 		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		TopicLimits: limits,
+	}
+	if eos {
+		cfg.Delivery = pipeline.DeliveryExactlyOnce
+		cfg.TransactionMaxRecords, cfg.TransactionMaxInterval = 100, 100*time.Millisecond
+		cfg.State = pipeline.NewKafkaState(pipeline.KafkaConfig{Brokers: p.brokers}, "walbox.state")
+		// A new client per session, as walbox run does.
+		cfg.NewTxnProducer = func() (pipeline.TxnProducer, error) { return newClient() }
 	}
 	if p.relay, err = pipeline.New(cfg, kcl, rt, p.reg, log); err != nil {
 		t.Fatal(err)
@@ -173,7 +198,17 @@ func walboxSlot(t *testing.T, ctx context.Context, srv *pgtest.Server) (confirme
 // holds, in order, and reports what the failover erased.
 func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 	for _, v := range failoverVersions(t) {
-		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, false) })
+		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, false, false) })
+	}
+}
+
+// TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover: the same in
+// exactly-once mode. The state topic's committed position lies on the old
+// timeline beyond the switch point; it must not make walbox skip the new
+// timeline's transactions, and nothing is delivered twice.
+func TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
+	for _, v := range failoverVersions(t) {
+		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, false, true) })
 	}
 }
 
@@ -182,17 +217,20 @@ func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 // lacks, so after the promotion every row arrives and nothing was erased.
 func TestRelayFollowsAFailoverWithSynchronizedStandbySlots(t *testing.T) {
 	for _, v := range failoverVersions(t) {
-		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, true) })
+		t.Run(v.String(), func(t *testing.T) {
+			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, true, false) })
+			t.Run("exactly-once", func(t *testing.T) { testFailover(t, v, true, true) })
+		})
 	}
 }
 
 // testFailover: a writer, the primary crashed mid-stream, the standby
 // promoted. Unless synchronized, the standby is cut off before the crash and
 // misses what walbox already sent.
-func testFailover(t *testing.T, v pgtest.Version, synchronized bool) {
+func testFailover(t *testing.T, v pgtest.Version, synchronized, eos bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p := startFailoverPair(t, ctx, v, synchronized)
+	p := startFailoverPair(t, ctx, v, synchronized, eos)
 	consumer, err := outboxtest.NewConsumer(p.brokers, `outbox\.event\..*`)
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +330,9 @@ func testFailover(t *testing.T, v pgtest.Version, synchronized bool) {
 	t.Logf("after the failover: %v", rep)
 	if !rep.OK() {
 		t.Fatalf("delivery after the failover: %v", rep)
+	}
+	if eos && rep.Duplicates != 0 {
+		t.Errorf("exactly-once: %d duplicates", rep.Duplicates)
 	}
 	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(len(erased)) {
 		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of the transactions the standby never received)", n, len(erased))
