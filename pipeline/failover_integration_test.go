@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,9 +55,11 @@ type failoverPair struct {
 	link, endpoint *faultproxy.Proxy
 	conn           *pgx.Conn // to the primary, then to the promoted standby
 	brokers        []string
-	reg            *prometheus.Registry
-	relay          *pipeline.Relay
-	done           chan error
+	eos            bool
+	// reg, relay and stopRelay are the running walbox's.
+	reg       *prometheus.Registry
+	relay     *pipeline.Relay
+	stopRelay func()
 }
 
 // startFailoverPair starts the pair; synchronized makes the primary hold
@@ -64,7 +67,7 @@ type failoverPair struct {
 // eos runs walbox with --delivery exactly-once.
 func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, synchronized, eos bool) *failoverPair {
 	t.Helper()
-	p := &failoverPair{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	p := &failoverPair{eos: eos}
 	p.primary = pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
 	conn, err := pgx.Connect(ctx, p.primary.DSN("postgres"))
 	if err != nil {
@@ -114,6 +117,15 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, sync
 	}
 	t.Cleanup(cluster.Close)
 	p.brokers = cluster.ListenAddrs()
+	p.startRelay(t, slot.ConfirmedFlushLSN)
+	return p
+}
+
+// startRelay starts walbox from start, on a registry of its own.
+func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
+	t.Helper()
+	eos := p.eos
+	p.reg = prometheus.NewRegistry()
 	log := testLogger(t)
 	limits := pipeline.NewKafkaTopicLimits()
 	kc := pipeline.KafkaConfig{Brokers: p.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}
@@ -159,14 +171,18 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, sync
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	go func() { p.done <- p.relay.Run(rctx, slot.ConfirmedFlushLSN) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-p.done; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-	})
-	return p
+	done := make(chan error, 1)
+	go func() { done <- p.relay.Run(rctx, start) }()
+	var once sync.Once
+	p.stopRelay = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("relay: %v", err)
+			}
+		})
+	}
+	t.Cleanup(p.stopRelay)
 }
 
 // walboxSlot returns the confirmed position of the slot on srv, and whether
@@ -212,6 +228,19 @@ func TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 	}
 }
 
+// TestRelayRestartedAfterAFailoverResumesFromTheSlot: walbox dies right
+// after the promotion, before it has reconnected; the new process starts
+// from the synchronized slot's position on the new primary, which is never
+// beyond the switch point: every row the new primary holds arrives.
+func TestRelayRestartedAfterAFailoverResumesFromTheSlot(t *testing.T) {
+	for _, v := range failoverVersions(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Run("at-least-once", func(t *testing.T) { testFailoverRestart(t, v, false, false, true) })
+			t.Run("exactly-once", func(t *testing.T) { testFailoverRestart(t, v, false, true, true) })
+		})
+	}
+}
+
 // TestRelayFollowsAFailoverWithSynchronizedStandbySlots: with
 // synchronized_standby_slots the primary sends walbox nothing the standby
 // lacks, so after the promotion every row arrives and nothing was erased.
@@ -228,6 +257,13 @@ func TestRelayFollowsAFailoverWithSynchronizedStandbySlots(t *testing.T) {
 // promoted. Unless synchronized, the standby is cut off before the crash and
 // misses what walbox already sent.
 func testFailover(t *testing.T, v pgtest.Version, synchronized, eos bool) {
+	testFailoverRestart(t, v, synchronized, eos, false)
+}
+
+// testFailoverRestart is testFailover; with restart walbox dies right after
+// the promotion, before it has reconnected, and a new process starts from
+// the slot's position on the new primary, as walbox run does.
+func testFailoverRestart(t *testing.T, v pgtest.Version, synchronized, eos, restart bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p := startFailoverPair(t, ctx, v, synchronized, eos)
@@ -307,8 +343,19 @@ func testFailover(t *testing.T, v pgtest.Version, synchronized, eos bool) {
 	if err := p.standby.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if restart {
+		// Nothing reaches Postgres meanwhile: its server is gone.
+		p.stopRelay()
+	}
 	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.standby.Port()))); err != nil {
 		t.Fatal(err)
+	}
+	if restart {
+		start, ok := walboxSlot(t, ctx, p.standby)
+		if !ok {
+			t.Fatal("the promoted standby has no slot walbox")
+		}
+		p.startRelay(t, start)
 	}
 	p.conn.Close(ctx)
 	if p.conn, err = pgx.Connect(ctx, p.standby.DSN("postgres")); err != nil {
@@ -334,7 +381,11 @@ func testFailover(t *testing.T, v pgtest.Version, synchronized, eos bool) {
 	if eos && rep.Duplicates != 0 {
 		t.Errorf("exactly-once: %d duplicates", rep.Duplicates)
 	}
-	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(len(erased)) {
+	wantErased := len(erased)
+	if restart {
+		wantErased = 0 // a new process does not know what the old one sent
+	}
+	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(wantErased) {
 		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of the transactions the standby never received)", n, len(erased))
 	}
 }
