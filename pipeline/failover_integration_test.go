@@ -55,19 +55,36 @@ type failoverPair struct {
 	link, endpoint *faultproxy.Proxy
 	conn           *pgx.Conn // to the primary, then to the promoted standby
 	brokers        []string
-	eos            bool
+	fc             failoverCase
 	// reg, relay and stopRelay are the running walbox's.
 	reg       *prometheus.Registry
 	relay     *pipeline.Relay
 	stopRelay func()
 }
 
-// startFailoverPair starts the pair; synchronized makes the primary hold
-// logical changes back until the standby has them (synchronized_standby_slots),
-// eos runs walbox with --delivery exactly-once.
-func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, synchronized, eos bool) *failoverPair {
+// failoverCase is one way of going through a failover.
+type failoverCase struct {
+	// synchronized makes the primary hold logical changes back until the
+	// standby has them (synchronized_standby_slots); otherwise the standby
+	// is cut off before the crash and misses what walbox already sent.
+	synchronized bool
+	// eos runs walbox with --delivery exactly-once.
+	eos bool
+	// restart: walbox dies right after the promotion, before it has
+	// reconnected, and a new process starts from the slot's position on
+	// the new primary, as walbox run does.
+	restart bool
+	// multiHost: walbox reaches the primary through libpq's multi-host
+	// form, host=standby,primary with this target_session_attrs, instead
+	// of one endpoint that moves.
+	multiHost string
+}
+
+// startFailoverPair starts the pair and walbox.
+func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, fc failoverCase) *failoverPair {
 	t.Helper()
-	p := &failoverPair{eos: eos}
+	synchronized := fc.synchronized
+	p := &failoverPair{fc: fc}
 	p.primary = pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
 	conn, err := pgx.Connect(ctx, p.primary.DSN("postgres"))
 	if err != nil {
@@ -124,7 +141,7 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, sync
 // startRelay starts walbox from start, on a registry of its own.
 func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 	t.Helper()
-	eos := p.eos
+	eos := p.fc.eos
 	p.reg = prometheus.NewRegistry()
 	log := testLogger(t)
 	limits := pipeline.NewKafkaTopicLimits()
@@ -153,8 +170,13 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", p.endpoint.Port())
+	if p.fc.multiHost != "" {
+		dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=%s",
+			p.standby.Port(), p.primary.Port(), p.fc.multiHost)
+	}
 	cfg := pipeline.Config{
-		ConnString: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", p.endpoint.Port()),
+		ConnString: dsn,
 		Slot:       "walbox", Publication: "walbox",
 		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -214,7 +236,7 @@ func walboxSlot(t *testing.T, ctx context.Context, srv *pgtest.Server) (confirme
 // holds, in order, and reports what the failover erased.
 func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 	for _, v := range failoverVersions(t) {
-		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, false, false) })
+		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, failoverCase{}) })
 	}
 }
 
@@ -224,7 +246,7 @@ func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 // timeline's transactions, and nothing is delivered twice.
 func TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 	for _, v := range failoverVersions(t) {
-		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, false, true) })
+		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, failoverCase{eos: true}) })
 	}
 }
 
@@ -235,8 +257,8 @@ func TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 func TestRelayRestartedAfterAFailoverResumesFromTheSlot(t *testing.T) {
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) {
-			t.Run("at-least-once", func(t *testing.T) { testFailoverRestart(t, v, false, false, true) })
-			t.Run("exactly-once", func(t *testing.T) { testFailoverRestart(t, v, false, true, true) })
+			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, failoverCase{restart: true}) })
+			t.Run("exactly-once", func(t *testing.T) { testFailover(t, v, failoverCase{restart: true, eos: true}) })
 		})
 	}
 }
@@ -247,26 +269,33 @@ func TestRelayRestartedAfterAFailoverResumesFromTheSlot(t *testing.T) {
 func TestRelayFollowsAFailoverWithSynchronizedStandbySlots(t *testing.T) {
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) {
-			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, true, false) })
-			t.Run("exactly-once", func(t *testing.T) { testFailover(t, v, true, true) })
+			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, failoverCase{synchronized: true}) })
+			t.Run("exactly-once", func(t *testing.T) { testFailover(t, v, failoverCase{synchronized: true, eos: true}) })
+		})
+	}
+}
+
+// TestRelayFollowsAFailoverThroughAMultiHostDSN: with libpq's multi-host
+// form (host=a,b) and target_session_attrs, walbox's replication
+// connection skips the standby before the failover and finds the promoted
+// one after it, without anything moving an endpoint.
+func TestRelayFollowsAFailoverThroughAMultiHostDSN(t *testing.T) {
+	for _, v := range failoverVersions(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			for _, attrs := range []string{"read-write", "primary"} {
+				t.Run(attrs, func(t *testing.T) { testFailover(t, v, failoverCase{multiHost: attrs}) })
+			}
 		})
 	}
 }
 
 // testFailover: a writer, the primary crashed mid-stream, the standby
-// promoted. Unless synchronized, the standby is cut off before the crash and
-// misses what walbox already sent.
-func testFailover(t *testing.T, v pgtest.Version, synchronized, eos bool) {
-	testFailoverRestart(t, v, synchronized, eos, false)
-}
-
-// testFailoverRestart is testFailover; with restart walbox dies right after
-// the promotion, before it has reconnected, and a new process starts from
-// the slot's position on the new primary, as walbox run does.
-func testFailoverRestart(t *testing.T, v pgtest.Version, synchronized, eos, restart bool) {
+// promoted, in the way fc says.
+func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p := startFailoverPair(t, ctx, v, synchronized, eos)
+	p := startFailoverPair(t, ctx, v, fc)
+	synchronized, eos, restart := fc.synchronized, fc.eos, fc.restart
 	consumer, err := outboxtest.NewConsumer(p.brokers, `outbox\.event\..*`)
 	if err != nil {
 		t.Fatal(err)
