@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -15,8 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/internal/faultproxy"
 	"github.com/walbox/walbox/internal/fulltest"
+	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
@@ -416,5 +419,72 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	}
 	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(wantErased) {
 		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of the transactions the standby never received)", n, len(erased))
+	}
+}
+
+// TestHeartbeatShowsAPrimaryWaitingForItsStandby: with
+// synchronized_standby_slots, a standby that is down makes the primary hold
+// every logical change back (its walsender waits on
+// WaitForStandbyConfirmation). walbox used to look healthy and idle; the
+// heartbeat monitor now says so, in its log and in
+// walbox_slot_waiting_for_standby, and clears both once the standby is back.
+func TestHeartbeatShowsAPrimaryWaitingForItsStandby(t *testing.T) {
+	v := failoverVersions(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startFailoverPair(t, ctx, v, failoverCase{synchronized: true})
+	cc, err := pgx.ParseConfig(p.primary.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	reg := prometheus.NewRegistry()
+	mon, err := heartbeat.New(200*time.Millisecond, "walbox", cc, p.relay.Streaming, reg, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, mcancel := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { mdone <- mon.Run(mctx) }()
+	defer func() { mcancel(); <-mdone }()
+
+	consumer, err := outboxtest.NewConsumer(p.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	gen := outboxtest.NewGenerator(23, 5)
+	var written []outboxtest.Event
+	write := func() {
+		evs := gen.Batch(2)
+		if err := outboxtest.WriteTx(ctx, p.conn, evs); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, evs...)
+	}
+	write()
+	waitFor(t, 30*time.Second, "the monitor to read the slot", func() bool { return metricValue(t, reg, "walbox_slot_lag_bytes") >= 0 })
+	if n := metricValue(t, reg, "walbox_slot_waiting_for_standby"); n != 0 {
+		t.Fatalf("walbox_slot_waiting_for_standby = %v with the standby streaming", n)
+	}
+
+	p.link.Drop()
+	waitFor(t, 30*time.Second, "walbox_slot_waiting_for_standby to show the held-back stream", func() bool {
+		write()
+		return metricValue(t, reg, "walbox_slot_waiting_for_standby") == 1
+	})
+	if logs.Count("holds the slot's logical changes back") != 1 || logs.Count("standby_slots_inactive=standby") != 1 {
+		t.Errorf("want one warning naming the inactive standby slot:\n%s", logs.Tail(2000))
+	}
+	p.link.Restore()
+	waitFor(t, 30*time.Second, "walbox_slot_waiting_for_standby to clear", func() bool {
+		return metricValue(t, reg, "walbox_slot_waiting_for_standby") == 0
+	})
+	got, err := consumer.ReadUntil(ctx, func(r []outboxtest.Received) bool { return outboxtest.DistinctIDs(r) >= len(written) })
+	if err != nil {
+		t.Fatalf("consume: %v (%v)", err, outboxtest.Check(written, got))
+	}
+	if rep := outboxtest.Check(written, got); !rep.OK() {
+		t.Fatalf("after the standby came back: %v", rep)
 	}
 }
