@@ -59,6 +59,8 @@ type failoverPair struct {
 	conn           *pgx.Conn // to the primary, then to the promoted standby
 	brokers        []string
 	fc             failoverCase
+	// mon is the heartbeat monitor, with multiHost.
+	mon *heartbeat.Monitor
 	// reg, relay and stopRelay are the running walbox's.
 	reg       *prometheus.Registry
 	relay     *pipeline.Relay
@@ -184,6 +186,26 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		TopicLimits: limits,
+	}
+	if p.fc.multiHost != "" {
+		// The heartbeat monitor's ordinary connection goes through the
+		// same DSN: it too must find the primary, before and after.
+		cc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var relay *pipeline.Relay
+		if p.mon, err = heartbeat.New(100*time.Millisecond, "walbox", cc, func() bool { return relay != nil && relay.Streaming() }, p.reg, log); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Heartbeats, cfg.OnHeartbeat = true, p.mon.Seen
+		defer func() {
+			relay = p.relay
+			mctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.mon.Run(mctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+		}()
 	}
 	if eos {
 		cfg.Delivery = pipeline.DeliveryExactlyOnce
@@ -405,6 +427,11 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	}
 
 	readAll(len(kept)+len(erased), "consume after the failover")
+	if p.mon != nil {
+		// Heartbeats emitted on the new primary come back through its slot.
+		seen := p.mon.Received()
+		waitFor(t, 30*time.Second, "a heartbeat through the new primary", func() bool { return p.mon.Received() > seen })
+	}
 	rep := outboxtest.Check(append(append([]outboxtest.Event(nil), kept...), erased...), got)
 	t.Logf("after the failover: %v", rep)
 	if !rep.OK() {
