@@ -67,12 +67,23 @@ func resumeOnHistory(last History, pos pglogrepl.LSN, srv serverHistory) history
 			srv.Timeline, srv.WALEnd, pos)}
 	}
 	sw, ok := srv.Switches[last.Timeline]
-	if !ok {
+	switch {
+	case !ok && srv.SwitchesErr != nil:
+		return historyResume{switched: true, reason: fmt.Sprintf(
+			"the server is on timeline %d, walbox streamed timeline %d, and the server's timeline history cannot be read (%v)", srv.Timeline, last.Timeline, srv.SwitchesErr)}
+	case !ok:
 		return historyResume{switched: true, reason: fmt.Sprintf(
 			"walbox streamed timeline %d, which is not an ancestor of the server's timeline %d", last.Timeline, srv.Timeline)}
 	}
 	return historyResume{start: min(pos, sw), switched: true, cutoff: sw, reason: fmt.Sprintf(
 		"the server switched from timeline %d to %d at %s (a failover or point-in-time recovery)", last.Timeline, srv.Timeline, sw)}
+}
+
+// historyChanged reports whether a session at pos needs the server's
+// timeline history to decide where to start: the server is not on the
+// timeline the relay last streamed, or its WAL ends before pos.
+func (r *Relay) historyChanged(pos pglogrepl.LSN, srv serverHistory) bool {
+	return r.history.Known() && (r.history.SystemID != srv.SystemID || r.history.Timeline != srv.Timeline || pos > srv.WALEnd)
 }
 
 // adoptHistory runs when a session has identified its server, before it

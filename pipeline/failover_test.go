@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -38,10 +39,16 @@ func TestResumeOnHistory(t *testing.T) {
 			wantStart: 0x2000, wantSwitched: true, wantCutoff: 0x2000},
 		{name: "a later timeline: nothing shared", last: on(4), pos: 0x4000,
 			wantSwitched: true, wantReason: "not an ancestor"},
+		{name: "a history that cannot be read: nothing known to be shared", last: on(2), pos: 0x4000,
+			wantSwitched: true, wantReason: "cannot be read (no history file)"},
 		{name: "another cluster: nothing shared", last: History{SystemID: "72", Timeline: 3}, pos: 0x4000,
 			wantSwitched: true, wantReason: "another Postgres cluster"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			srv := srv
+			if strings.Contains(tt.wantReason, "cannot be read") {
+				srv.Switches, srv.SwitchesErr = nil, errors.New("no history file")
+			}
 			got := resumeOnHistory(tt.last, tt.pos, srv)
 			if got.start != tt.wantStart || got.switched != tt.wantSwitched || got.cutoff != tt.wantCutoff {
 				t.Fatalf("got start %s switched %v cutoff %s, want %s %v %s", got.start, got.switched, got.cutoff, tt.wantStart, tt.wantSwitched, tt.wantCutoff)

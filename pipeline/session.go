@@ -52,9 +52,18 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// The server's history: what walbox's position is checked against
 	// (failover.go) and, in exactly-once mode, what the committed position
 	// is checked against and recorded with (history.go).
-	srv, err := identifyServer(ctx, conn, r.cfg.Slot)
+	srv, err := identifySystem(ctx, conn, r.cfg.Slot)
 	if err != nil {
 		return false, err
+	}
+	if r.eos != nil || r.historyChanged(start, srv) {
+		srv.Switches, err = timelineSwitches(ctx, conn, srv.Timeline)
+		if err != nil && r.eos != nil {
+			return false, err
+		}
+		// At least once, a history that cannot be read shares nothing
+		// known: the slot's own position decides (failover.go).
+		srv.SwitchesErr = err
 	}
 	if r.eos != nil {
 		r.eos.server = srv
