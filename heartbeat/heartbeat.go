@@ -6,7 +6,10 @@
 // one, growing while one is outstanding. The Monitor also reads the slot's
 // lag behind the WAL end and its wal_status from pg_replication_slots every
 // interval (walbox_slot_lag_bytes, walbox_slot_wal_status), which show
-// while the stream is down too.
+// while the stream is down too, and whether the server holds logical
+// changes back for a standby (walbox_slot_waiting_for_standby): with
+// synchronized_standby_slots (PostgreSQL 17+), a standby listed there that
+// is down stops the stream, and walbox would otherwise just look idle.
 package heartbeat
 
 import (
@@ -57,8 +60,14 @@ type Monitor struct {
 	log      *slog.Logger
 	instance string
 
-	slotLag   prometheus.Gauge
-	walStatus *prometheus.GaugeVec
+	slotLag    prometheus.Gauge
+	walStatus  *prometheus.GaugeVec
+	standbyGap prometheus.Gauge
+	// waitTicks counts the consecutive ticks that found the slot's
+	// walsender waiting for standby confirmation; waiting is set (and
+	// logged) from the second on.
+	waitTicks int
+	waiting   bool
 
 	mu          sync.Mutex
 	seq         uint64
@@ -88,11 +97,15 @@ func New(interval time.Duration, slot string, cc *pgx.ConnConfig, active func() 
 		Help: "The slot's pg_replication_slots.wal_status, read every --heartbeat-interval: 1 for the current one, 0 for the others; all 0 until read and while the slot is missing.",
 	}, []string{"status"})
 	m.setWALStatus("")
+	m.standbyGap = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "walbox_slot_waiting_for_standby",
+		Help: "1 while the server holds the slot's logical changes back until a standby listed in synchronized_standby_slots confirms them (its walsender waits on WaitForStandbyConfirmation on two reads in a row, every --heartbeat-interval), else 0.",
+	})
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "walbox_heartbeat_lag_seconds",
 		Help: "Round trip of the last heartbeat through the slot; while one is outstanding, at least the time since it was emitted.",
 	}, func() float64 { return m.Lag().Seconds() })
-	for _, c := range []prometheus.Collector{m.slotLag, m.walStatus, lag} {
+	for _, c := range []prometheus.Collector{m.slotLag, m.walStatus, m.standbyGap, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register heartbeat metrics: %w", err)
 		}
@@ -184,10 +197,20 @@ func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 	defer cancel()
 	var lag *float64
 	var status string
-	err := conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::float8, COALESCE(wal_status, '')
-		FROM pg_catalog.pg_replication_slots WHERE slot_name = $1`, m.slot).Scan(&lag, &status)
+	var waiting bool
+	var standbysDown string
+	// The slot's walsender runs as walbox's role, so its wait event is
+	// visible to walbox without pg_read_all_stats. The listed standby slots
+	// that are missing or inactive name the likely cause.
+	err := conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::float8, COALESCE(s.wal_status, ''),
+		COALESCE((SELECT a.wait_event = 'WaitForStandbyConfirmation' FROM pg_catalog.pg_stat_activity a WHERE a.pid = s.active_pid), false),
+		COALESCE((SELECT string_agg(n, ',') FROM unnest(string_to_array(current_setting('synchronized_standby_slots', true), ',')) AS u(raw),
+			LATERAL (SELECT btrim(raw) AS n) t
+			WHERE n <> '' AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots p WHERE p.slot_name = n AND p.active)), '')
+		FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1`, m.slot).Scan(&lag, &status, &waiting, &standbysDown)
 	if err == nil || errors.Is(err, pgx.ErrNoRows) {
 		m.setWALStatus(status)
+		m.observeStandbyWait(waiting, standbysDown)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -204,6 +227,31 @@ func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 		return true
 	}
 	return m.emit(qctx, conn)
+}
+
+// observeStandbyWait records whether the slot's walsender waits for a
+// standby to confirm WAL before sending it logical changes. A wait seen
+// once may be the normal moment it takes a healthy standby to confirm;
+// seen on two reads in a row, one interval apart, the stream is held back.
+func (m *Monitor) observeStandbyWait(waiting bool, standbysDown string) {
+	if !waiting {
+		m.waitTicks = 0
+		if m.waiting {
+			m.waiting = false
+			m.standbyGap.Set(0)
+			m.log.Info("the server no longer holds logical changes back for a standby", "slot", m.slot)
+		}
+		return
+	}
+	m.waitTicks++
+	if m.waitTicks < 2 || m.waiting {
+		return
+	}
+	m.waiting = true
+	m.standbyGap.Set(1)
+	m.log.Warn("the server holds the slot's logical changes back until a standby listed in synchronized_standby_slots confirms them (its walsender waits on WaitForStandbyConfirmation): walbox receives nothing meanwhile. "+
+		"Bring the standby back, or remove its physical slot from synchronized_standby_slots on the primary (ALTER SYSTEM SET synchronized_standby_slots = ...; SELECT pg_reload_conf()), accepting that a failover to it may then erase events walbox has sent",
+		"slot", m.slot, "standby_slots_inactive", standbysDown)
 }
 
 // walStatuses are the values of pg_replication_slots.wal_status.

@@ -16,9 +16,14 @@ import (
 
 // TestSlotWALStatus: every tick reads the live slot's wal_status into
 // walbox_slot_wal_status (the alert WalboxSlotWALNotReserved watches it),
-// and a missing slot shows as no status at all.
+// and a missing slot shows as no status at all. On every version: the
+// tick's query reads settings and views that differ between them.
 func TestSlotWALStatus(t *testing.T) {
-	srv := pgtest.Start(t)
+	pgtest.ForEachVersion(t, testSlotWALStatus)
+}
+
+func testSlotWALStatus(t *testing.T, v pgtest.Version) {
+	srv := pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))

@@ -100,3 +100,22 @@ func (w *dedupWindow) endReplay() {
 		w.replay = nil
 	}
 }
+
+// forgetFrom drops the keys of transactions committed at or after from,
+// from the ring and from the replay set: after a timeline switch those LSNs
+// name other transactions, which must be produced.
+func (w *dedupWindow) forgetFrom(from pglogrepl.LSN) {
+	if w == nil {
+		return
+	}
+	for i, k := range w.ring {
+		if k.commit >= from {
+			w.ring[i] = replayKey{}
+		}
+	}
+	for k := range w.replay {
+		if k.commit >= from {
+			delete(w.replay, k)
+		}
+	}
+}

@@ -60,6 +60,10 @@ func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
+	if errors.Is(err, errSlotActive) {
+		// A standby's check before START_REPLICATION: as 55006 below.
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -112,8 +116,13 @@ func (e *connectionLostError) Unwrap() error { return e.err }
 // isSlotBusy reports SQLSTATE 55006 (object_in_use) on START_REPLICATION.
 func isSlotBusy(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+	return errors.Is(err, errSlotActive) || (errors.As(err, &pgErr) && pgErr.Code == "55006")
 }
+
+// errSlotActive is what a standby's session ends with when it found the
+// slot active in pg_replication_slots and opened no walsender (standby.go):
+// the slot is busy, as with SQLSTATE 55006.
+var errSlotActive = errors.New("the slot is active in pg_replication_slots (held by another process)")
 
 // ErrHistoryMismatch is wrapped by the error walbox stops with in
 // exactly-once mode when the position the state topic holds for its

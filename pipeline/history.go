@@ -52,30 +52,52 @@ type serverHistory struct {
 	// where the server switched away from it (TIMELINE_HISTORY): WAL
 	// before it is shared with the current timeline, WAL after it is not.
 	Switches map[int32]pglogrepl.LSN
+	// SwitchesErr is why Switches could not be read, when a session in
+	// at-least-once mode needed them (failover.go).
+	SwitchesErr error
 }
 
 // identifyServer runs IDENTIFY_SYSTEM, and TIMELINE_HISTORY when the
 // server is past its first timeline, on a replication connection that has
 // not started streaming.
 func identifyServer(ctx context.Context, conn *pgconn.PgConn, slot string) (serverHistory, error) {
+	srv, err := identifySystem(ctx, conn, slot)
+	if err != nil {
+		return serverHistory{}, err
+	}
+	if srv.Switches, err = timelineSwitches(ctx, conn, srv.Timeline); err != nil {
+		return serverHistory{}, err
+	}
+	return srv, nil
+}
+
+// identifySystem runs IDENTIFY_SYSTEM only: Switches is left nil.
+func identifySystem(ctx context.Context, conn *pgconn.PgConn, slot string) (serverHistory, error) {
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return serverHistory{}, fmt.Errorf("identify the database system (IDENTIFY_SYSTEM): %w", err)
 	}
-	srv := serverHistory{
+	return serverHistory{
 		History: History{SystemID: sys.SystemID, Timeline: sys.Timeline, Database: sys.DBName, Slot: slot},
 		WALEnd:  sys.XLogPos,
+	}, nil
+}
+
+// timelineSwitches reads the ancestors of timeline tli and their switch
+// points (TIMELINE_HISTORY); nil for the first timeline, which has none.
+func timelineSwitches(ctx context.Context, conn *pgconn.PgConn, tli int32) (map[int32]pglogrepl.LSN, error) {
+	if tli <= 1 {
+		return nil, nil
 	}
-	if sys.Timeline > 1 {
-		th, err := pglogrepl.TimelineHistory(ctx, conn, sys.Timeline)
-		if err != nil {
-			return serverHistory{}, fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", sys.Timeline, err)
-		}
-		if srv.Switches, err = parseTimelineHistory(th.Content); err != nil {
-			return serverHistory{}, fmt.Errorf("timeline history file %s: %w", th.FileName, err)
-		}
+	th, err := pglogrepl.TimelineHistory(ctx, conn, tli)
+	if err != nil {
+		return nil, fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", tli, err)
 	}
-	return srv, nil
+	switches, err := parseTimelineHistory(th.Content)
+	if err != nil {
+		return nil, fmt.Errorf("timeline history file %s: %w", th.FileName, err)
+	}
+	return switches, nil
 }
 
 // parseTimelineHistory reads a timeline history file: one line per

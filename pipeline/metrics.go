@@ -27,6 +27,7 @@ type metrics struct {
 	nonTransactionalSkipped prometheus.Counter
 	foreignChanges          prometheus.Counter
 	outboxUpdates           prometheus.Counter
+	failoverErased          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
 		outboxUpdates: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_outbox_updates_total",
 			Help: "UPDATEs of an outbox table received; never routed (see Config.OutboxUpdates for what else they do).",
+		}),
+		failoverErased: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_failover_erased_events_total",
+			Help: "Records walbox had sent to Kafka for transactions that a failover (or point-in-time recovery) erased: committed on the old timeline after the switch point, absent from the new primary. Consumers may need to compensate for them.",
 		}),
 		eventsProduced: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_events_produced_total",

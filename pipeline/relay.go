@@ -52,6 +52,10 @@ type Relay struct {
 	tables  map[string]struct{}
 	foreign foreignLog
 	limits  topicLimitCache
+	// history is the history of the server the last session streamed
+	// from; sent counts what it sent per transaction (failover.go).
+	history History
+	sent    sentLedger
 	// timeoutLogged is set once the effective receive timeout was logged.
 	timeoutLogged bool
 

@@ -23,6 +23,11 @@ import (
 // streamed reports whether the session got as far as streaming, which resets
 // the reconnect backoff.
 func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
+	if r.standby.Load() {
+		if held, err := slotHeldElsewhere(ctx, r.cfg.ConnString, r.cfg.Slot); err == nil && held {
+			return false, fmt.Errorf("slot %q: %w", r.cfg.Slot, errSlotActive)
+		}
+	}
 	conn, err := connectReplication(ctx, r.cfg.ConnString)
 	if err != nil {
 		return false, err
@@ -44,13 +49,26 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.tracker = checkpoint.New(r.eos.safe)
 	}
 	start := r.tracker.Rewind()
-	if r.eos != nil {
-		// What the committed position is checked against, and recorded
-		// with (history.go).
-		if r.eos.server, err = identifyServer(ctx, conn, r.cfg.Slot); err != nil {
+	// The server's history: what walbox's position is checked against
+	// (failover.go) and, in exactly-once mode, what the committed position
+	// is checked against and recorded with (history.go).
+	srv, err := identifySystem(ctx, conn, r.cfg.Slot)
+	if err != nil {
+		return false, err
+	}
+	if r.eos != nil || r.historyChanged(start, srv) {
+		srv.Switches, err = timelineSwitches(ctx, conn, srv.Timeline)
+		if err != nil && r.eos != nil {
 			return false, err
 		}
+		// At least once, a history that cannot be read shares nothing
+		// known: the slot's own position decides (failover.go).
+		srv.SwitchesErr = err
 	}
+	if r.eos != nil {
+		r.eos.server = srv
+	}
+	start = r.adoptHistory(start, srv)
 	args := []string{
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
@@ -380,9 +398,16 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 		rec = l.eosDivert(rec, m)
 	}
 	l.txn.Add(1)
-	l.dedup.remember(key)
+	l.remember(key)
 	l.produce(rec, m)
 	return nil
+}
+
+// remember records the key of a record about to be produced: for the
+// reconnect dedup window, and for what a failover may erase (failover.go).
+func (l *loop) remember(key replayKey) {
+	l.dedup.remember(key)
+	l.sent.add(key.commit)
 }
 
 // handleMessage routes a transactional outbox message (see message.go);
@@ -415,7 +440,7 @@ func (l *loop) handleMessage(m *decoder.Message, key replayKey) error {
 		return err
 	}
 	l.txn.Add(1)
-	l.dedup.remember(key)
+	l.remember(key)
 	l.produce(rec, im)
 	return nil
 }
@@ -479,7 +504,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	if standalone {
 		l.tracker.Commit(txn, m.LSN)
 	}
-	l.dedup.remember(key)
+	l.remember(key)
 	l.produce(rec, im)
 	if standalone && l.eos != nil {
 		l.eosUnitDone(key, m.LSN)

@@ -1,5 +1,13 @@
 package pipeline
 
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // Standby reports whether the relay is waiting, as a standby, for a slot
 // another process holds (Config.Standby). Safe for concurrent use.
 func (r *Relay) Standby() bool { return r.standby.Load() }
@@ -22,4 +30,33 @@ func (r *Relay) leaveStandby() {
 	}
 	r.metrics.standby.Set(0)
 	r.log.Info("standby: took over the slot", "slot", r.cfg.Slot)
+}
+
+// slotHeldElsewhere reports whether the slot is active, asked over an
+// ordinary connection. A standby retrying every StandbyRetry asks this
+// first and opens a walsender only when the slot looks free: each refused
+// START_REPLICATION takes a walsender and writes an ERROR and its statement
+// to the server log (two lines a second, every second, for as long as the
+// other instance runs). An error means "unknown": the caller then tries
+// START_REPLICATION, which decides.
+func slotHeldElsewhere(ctx context.Context, connString, slot string) (bool, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+		cfg.RuntimeParams["application_name"] = "walbox"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	var active bool
+	if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+		return false, fmt.Errorf("read whether slot %q is active: %w", slot, err)
+	}
+	return active, nil
 }

@@ -201,6 +201,7 @@ func (k *Keeper) ensure(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
+	k.matchFailover(ctx, conn, info)
 	switch {
 	case created:
 		k.log.Info("created the trailing slot as a copy of the live slot",

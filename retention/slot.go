@@ -147,3 +147,43 @@ func Advance(ctx context.Context, conn slotctl.Querier, slot, replaySlot string,
 	}
 	return a, nil
 }
+
+// matchFailover makes the trailing slot a failover slot when the live one
+// is (PostgreSQL 17+), so that a promoted standby has the replay window
+// too. pg_copy_logical_replication_slot never copies the failover
+// property, and only the replication command ALTER_REPLICATION_SLOT sets
+// it: on a replication connection of the keeper's own configuration. A
+// trailing slot made by an older walbox is turned into one the same way.
+// A failure is logged, not returned: the keeper must go on advancing the
+// slot, or it would hold WAL back; the next start tries again.
+func (k *Keeper) matchFailover(ctx context.Context, conn slotctl.Querier, trailing slotctl.SlotInfo) {
+	if trailing.Failover {
+		return
+	}
+	live, err := slotctl.Inspect(ctx, conn, k.cfg.Slot)
+	if err != nil || !live.Failover {
+		return // a missing live slot is the relay's to report
+	}
+	if err := k.alterFailover(ctx); err != nil {
+		k.log.Warn("could not make the trailing slot a failover slot like the live slot: after a failover the replay window starts again from the live slot's position",
+			"replay_slot", k.cfg.ReplaySlot, "slot", k.cfg.Slot, "err", err)
+		return
+	}
+	k.log.Info("made the trailing slot a failover slot, as the live slot is", "replay_slot", k.cfg.ReplaySlot, "slot", k.cfg.Slot)
+}
+
+// alterFailover turns failover on for the trailing slot.
+func (k *Keeper) alterFailover(ctx context.Context) error {
+	cfg := k.conn.Copy()
+	cfg.RuntimeParams["replication"] = "database"
+	rc, err := pgconn.ConnectConfig(ctx, &cfg.Config)
+	if err != nil {
+		return fmt.Errorf("connect for replication: %w", err)
+	}
+	defer rc.Close(context.Background())
+	// Slot names are validated identifiers (lower case, digits, _).
+	if err := rc.Exec(ctx, "ALTER_REPLICATION_SLOT "+k.cfg.ReplaySlot+" (FAILOVER true)").Close(); err != nil {
+		return fmt.Errorf("ALTER_REPLICATION_SLOT: %w", err)
+	}
+	return nil
+}

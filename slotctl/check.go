@@ -17,6 +17,9 @@ type Plan struct {
 	// Slot is the existing slot; zero when CreateSlot or when it could not
 	// be read.
 	Slot SlotInfo
+	// Warnings are what weakens the configuration without refusing it
+	// (FailoverWarnings).
+	Warnings []string
 }
 
 // Check runs, without changing anything, every check Ensure makes before
@@ -126,6 +129,9 @@ func Check(ctx context.Context, conn Querier, cfg Config) (Plan, error) {
 		if err := failoverVersionError(info.VersionNum); err != nil {
 			problems = append(problems, err)
 		}
+	}
+	if plan.Warnings, err = FailoverWarnings(ctx, conn, cfg); err != nil {
+		return plan, err
 	}
 	return plan, errors.Join(problems...)
 }

@@ -38,8 +38,8 @@ const DefaultSetupBackoff = time.Second
 // SetupOptions tune Setup. The zero value retries nothing, logs nothing and
 // does not check pg_logical_emit_message.
 type SetupOptions struct {
-	// Logger gets a warning per retried attempt, the emit-message warning
-	// and one "slot ready" line. nil discards.
+	// Logger gets a warning per retried attempt, the emit-message warning,
+	// FailoverWarnings and one "slot ready" line. nil discards.
 	Logger *slog.Logger
 	// Retryable tells a passing failure (Postgres not reachable yet, in
 	// recovery, out of connections) from one a human must fix; only the
@@ -150,6 +150,13 @@ func setupOnce(ctx context.Context, connString string, cfg Config, opts SetupOpt
 	}
 	for _, r := range existing {
 		log.Warn(r.UnsentWarning(slot.Name), "slot", slot.Name, "table", r.Table.String(), "rows", r.Rows, "more_rows", r.More)
+	}
+	warnings, err := FailoverWarnings(ctx, conn, cfg)
+	if err != nil {
+		log.Warn("could not check the failover configuration", "err", err)
+	}
+	for _, w := range warnings {
+		log.Warn(w, "slot", slot.Name)
 	}
 	unused, err := UnusedTrailing(ctx, conn, cfg, opts.ReplaySlot)
 	if err != nil {

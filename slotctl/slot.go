@@ -164,8 +164,18 @@ func checkSlot(ctx context.Context, conn Querier, r resolved, s SlotInfo) error 
 	if s.Temporary {
 		diffs = append(diffs, "is temporary (it vanishes with the session that created it)")
 	}
-	if r.failover && !s.Failover {
-		diffs = append(diffs, "is not a failover slot (recreate it, or turn it on with the replication command ALTER_REPLICATION_SLOT "+s.Name+" (FAILOVER true))")
+	notFailover := r.failover && !s.Failover
+	if notFailover && len(diffs) == 0 {
+		// The one difference that needs no new slot: turning failover on
+		// keeps the slot's position, where dropping it would lose events.
+		return fmt.Errorf("%w: slot %q is not a failover slot, so a promoted standby will not have it (--failover-slot); "+
+			"turn failover on, keeping its position: stop walbox (the slot must be inactive), then run "+
+			"`psql \"dbname=<database> replication=database\" -c 'ALTER_REPLICATION_SLOT %s (FAILOVER true)'` "+
+			"as a role with REPLICATION (do not drop the slot: a new one would not stream what committed since its position)",
+			ErrSlotMismatch, s.Name, s.Name)
+	}
+	if notFailover {
+		diffs = append(diffs, "is not a failover slot")
 	}
 	if len(diffs) > 0 {
 		return fmt.Errorf("%w: slot %q %s; drop it with `slotctl drop --slot %s` if nothing else uses it (a consumer of another tool may) "+

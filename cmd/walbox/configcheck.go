@@ -154,6 +154,9 @@ func checkPostgres(w io.Writer, cfg config.Config, timeout time.Duration) []stri
 	for _, n := range rep.notes {
 		fmt.Fprintf(w, "  postgres: note: %s\n", n)
 	}
+	for _, n := range rep.plan.Warnings {
+		fmt.Fprintf(w, "  postgres: warning: %s\n", n)
+	}
 	if err != nil {
 		return []string{"postgres: " + strings.TrimPrefix(err.Error(), "slotctl: ")}
 	}

@@ -20,6 +20,10 @@
 // WALBOX_PG_VERSIONS; Options.BinDir (WithBinDir) picks the version a server
 // runs.
 //
+// StartStandby (Standby in tests) makes a streaming physical standby of a
+// server from a cold copy of its data directory, and Promote promotes it:
+// the primary/standby pair that failover tests need.
+//
 // Data lives in a tmpfs when one is available (see TmpDirEnv and makeRoot).
 //
 // On Linux a server never outlives the process that started it: postgres
