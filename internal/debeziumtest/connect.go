@@ -369,7 +369,7 @@ func (c *Connect) stopLocked(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		jvm.Kill()
-		return fmt.Errorf("debeziumtest: Connect did not stop in time and was killed: %w", ctx.Err())
+		return fmt.Errorf("%w: %w\n--- Connect log (%s) ---\n%s", ErrStopTimeout, ctx.Err(), c.logPath, c.LogTail(30))
 	}
 }
 

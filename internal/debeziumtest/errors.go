@@ -11,6 +11,12 @@ import (
 // Linux). It is kafkatest.ErrUnavailable, so one check covers both.
 var ErrUnavailable = kafkatest.ErrUnavailable
 
+// ErrStopTimeout is wrapped by Stop and Close when Connect did not finish
+// a graceful stop in time and was killed instead. Connect is gone either
+// way; only a test that needs the graceful stop's offset flush must fail
+// on it.
+var ErrStopTimeout = errors.New("debeziumtest: Connect did not stop in time and was killed")
+
 // ErrClosed is returned by Restart after Close.
 var ErrClosed = errors.New("debeziumtest: Connect is closed")
 

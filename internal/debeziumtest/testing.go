@@ -38,7 +38,13 @@ func StartT(t testing.TB, opts Options) *Connect {
 		if t.Failed() {
 			t.Logf("debeziumtest: end of the Connect log (%s):\n%s", c.LogPath(), c.LogTail(40))
 		}
-		if err := c.Close(); err != nil {
+		// Close only frees the JVM; a test that needs a graceful stop (its
+		// offset flush) calls Stop and checks it. A slow stop on a loaded
+		// machine, ended by a kill, is logged here, not a failure.
+		switch err := c.Close(); {
+		case errors.Is(err, ErrStopTimeout):
+			t.Logf("debeziumtest: close Connect: %v", err)
+		case err != nil:
 			t.Errorf("debeziumtest: close Connect: %v", err)
 		}
 	})
