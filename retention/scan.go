@@ -2,9 +2,7 @@ package retention
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -118,20 +116,16 @@ func parseCommit(data []byte) (commitAt, error) {
 // drops afterwards (the server drops it with the session anyway, so a
 // crash leaves nothing behind). conn must be one session, not a pool.
 func scan(ctx context.Context, conn slotctl.Querier, slot, replaySlot, publication string, budget int64, changes int) (s scanned, err error) {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return scanned{}, fmt.Errorf("name a temporary copy of the trailing slot: %w", err)
-	}
-	copyName := "walbox_scan_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, replaySlot, copyName); err != nil {
+	copyName, drop, err := slotctl.TemporaryCopy(ctx, conn, replaySlot, "walbox_scan")
+	if err != nil {
 		if isUndefinedObject(err) {
 			return scanned{}, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, errSlotsGone(slot, replaySlot))
 		}
-		return scanned{}, fmt.Errorf("copy the trailing slot %q to read its stream: %w", replaySlot, err)
+		return scanned{}, fmt.Errorf("read the trailing slot %q's stream: %w", replaySlot, err)
 	}
 	defer func() {
-		if _, derr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, copyName); derr != nil && err == nil {
-			err = fmt.Errorf("drop the temporary copy %q of the trailing slot (it goes when this session ends): %w", copyName, derr)
+		if derr := drop(); derr != nil && err == nil {
+			err = derr
 		}
 	}()
 	return scanCopy(ctx, conn, slot, replaySlot, copyName, publication, budget, changes)

@@ -128,19 +128,15 @@ func CountEvents(ctx context.Context, conn Querier, slot string, ev Events, upto
 	if s.Plugin != Plugin {
 		return 0, fmt.Errorf("%w: slot %q uses the output plugin %q; slotctl counts only pgoutput slots", ErrCannotCount, slot, s.Plugin)
 	}
-	copyName, err := tempSlotName()
+	copyName, drop, err := TemporaryCopy(ctx, conn, slot, "slotctl_count")
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrCannotCount, err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, slot, copyName); err != nil {
-		return 0, fmt.Errorf("%w: copy slot %q into a temporary slot: %w", ErrCannotCount, slot, err)
 	}
 	defer func() {
 		// The copy would go with the session anyway; drop it now so that it
 		// does not hold WAL while slotctl goes on (e.g. waits for a human).
-		// A cancelled ctx must not prevent it.
-		if _, derr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, copyName); derr != nil && err == nil {
-			err = fmt.Errorf("slotctl: drop the temporary slot %q (it goes when this session ends): %w", copyName, derr)
+		if derr := drop(); derr != nil && err == nil {
+			err = derr
 		}
 	}()
 
@@ -199,13 +195,29 @@ func CountEvents(ctx context.Context, conn Querier, slot string, ev Events, upto
 	return n, nil
 }
 
-// tempSlotName is a fresh name for a temporary slot of slotctl's.
-func tempSlotName() (string, error) {
+// TemporaryCopy copies slot into a temporary slot of conn's session
+// (pg_copy_logical_replication_slot(..., temporary => true)) named
+// prefix_<random>, so that it can be decoded without consuming slot or
+// counting as decoding it in pg_stat_replication_slots. drop removes the
+// copy (a cancelled ctx does not prevent it); the server drops it with the
+// session anyway, so a crash leaves nothing behind. conn must be one
+// session, not a pool.
+func TemporaryCopy(ctx context.Context, conn Querier, slot, prefix string) (name string, drop func() error, err error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("slotctl: name a temporary slot: %w", err)
+		return "", nil, fmt.Errorf("slotctl: name a temporary copy of slot %q: %w", slot, err)
 	}
-	return "slotctl_count_" + hex.EncodeToString(b[:]), nil
+	name = prefix + "_" + hex.EncodeToString(b[:])
+	if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, slot, name); err != nil {
+		return "", nil, fmt.Errorf("slotctl: copy slot %q into the temporary slot %q: %w", slot, name, err)
+	}
+	drop = func() error {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, name); err != nil {
+			return fmt.Errorf("slotctl: drop the temporary slot %q (it goes when this session ends): %w", name, err)
+		}
+		return nil
+	}
+	return name, drop, nil
 }
 
 // Advance moves the slot named slot forward to to with
