@@ -15,6 +15,7 @@ import (
 
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/retention"
+	"github.com/walbox/walbox/slotctl"
 )
 
 // TestKeeperAdvancesOnPostgres runs the real keeper on a real PostgreSQL
@@ -179,9 +180,15 @@ type commit struct {
 // as walbox does: a slot decoded directly is no longer taken for walbox's.
 func (e env) commits(t *testing.T) []commit {
 	t.Helper()
-	copyName := e.tr + "_peek"
-	e.exec(t, `SELECT pg_copy_logical_replication_slot('`+e.tr+`', '`+copyName+`', true)`)
-	defer e.exec(t, `SELECT pg_drop_replication_slot('`+copyName+`')`)
+	copyName, drop, err := slotctl.TemporaryCopy(ctxT(t), e.conn, e.tr, "walbox_test_peek")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := drop(); err != nil {
+			t.Error(err)
+		}
+	}()
 	rows, err := e.conn.Query(ctxT(t), `SELECT substr(data, 11, 8), substr(data, 19, 8) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 		'proto_version', '1', 'publication_names', $2, 'messages', 'true') WHERE get_byte(data, 0) = 67`, copyName, e.live)
 	if err != nil {
