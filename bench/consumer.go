@@ -80,36 +80,39 @@ func (c *latencyConsumer) run(ctx context.Context) {
 				c.errMu.Unlock()
 			}
 		})
-		fs.EachRecord(func(r *kgo.Record) {
-			idx := int64(-1)
-			for _, h := range r.Headers {
-				if h.Key == "event_id" {
-					if id, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
-						idx = id - c.firstID
-					}
-					break
-				}
-			}
-			if idx < 0 || idx >= int64(len(c.recvAt)) {
-				c.foreign.Add(1)
-				return
-			}
-			if c.recvAt[idx] != 0 {
-				c.dups.Add(1)
-				return
-			}
-			if c.lastID != nil {
-				id, k := c.firstID+idx, string(r.Key)
-				if last, ok := c.lastID[k]; ok && id < last {
-					c.disorder.Add(1)
-				} else {
-					c.lastID[k] = id
-				}
-			}
-			c.recvAt[idx] = now
-			c.received.Add(1)
-		})
+		fs.EachRecord(func(r *kgo.Record) { c.take(r, now) })
 	}
+}
+
+// take records the arrival of r at now.
+func (c *latencyConsumer) take(r *kgo.Record, now time.Duration) {
+	idx := int64(-1)
+	for _, h := range r.Headers {
+		if h.Key == "event_id" {
+			if id, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+				idx = id - c.firstID
+			}
+			break
+		}
+	}
+	if idx < 0 || idx >= int64(len(c.recvAt)) {
+		c.foreign.Add(1)
+		return
+	}
+	if c.recvAt[idx] != 0 {
+		c.dups.Add(1)
+		return
+	}
+	if c.lastID != nil {
+		id, k := c.firstID+idx, string(r.Key)
+		if last, ok := c.lastID[k]; ok && id < last {
+			c.disorder.Add(1)
+		} else {
+			c.lastID[k] = id
+		}
+	}
+	c.recvAt[idx] = now
+	c.received.Add(1)
 }
 
 // waitFor waits until n distinct events arrived, ctx ends or the timeout
