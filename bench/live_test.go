@@ -31,6 +31,17 @@ func TestSettleSlotStats(t *testing.T) {
 			t.Fatalf("settleSlotStats = %+v, %v; want spill 389 MiB, settled", got, err)
 		}
 	})
+	t.Run("waits until the figures stop growing", func(t *testing.T) {
+		// The view trails decoding: it grows for 60 ms, then stays.
+		start := time.Now()
+		read := func() (SlotStats, error) {
+			return SlotStats{SpillBytes: min(time.Since(start).Milliseconds(), 300)}, nil
+		}
+		got, err := settleSlotStats(ctx, read, time.Millisecond, 150*time.Millisecond, 10*time.Second)
+		if err != nil || got.SpillBytes != 300 || got.Unsettled {
+			t.Fatalf("settleSlotStats = %+v, %v; want the final 300, settled", got, err)
+		}
+	})
 	t.Run("still changing at the deadline", func(t *testing.T) {
 		n := int64(0)
 		read := func() (SlotStats, error) { n++; return SlotStats{StreamBytes: n}, nil }
