@@ -32,7 +32,8 @@ func TestSettleSlotStats(t *testing.T) {
 		}
 	})
 	t.Run("waits until the figures stop growing", func(t *testing.T) {
-		// The view trails decoding: it grows for 60 ms, then stays.
+		// The view trails decoding: it grows for 300 ms, then stays (a pause
+		// of this test longer than the 150 ms window would end it early).
 		start := time.Now()
 		read := func() (SlotStats, error) {
 			return SlotStats{SpillBytes: min(time.Since(start).Milliseconds(), 300)}, nil
