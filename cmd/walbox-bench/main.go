@@ -5,7 +5,7 @@
 // and writes results.json and latency.svg to --out. See package bench.
 //
 //	go run ./cmd/walbox-bench            # default run, under 10 minutes on 2 cores
-//	go run ./cmd/walbox-bench --quick    # about 2 minutes, for development
+//	go run ./cmd/walbox-bench --quick    # about 2.5 minutes, for development
 package main
 
 import (
@@ -103,7 +103,7 @@ Options:
 `)
 		fs.PrintDefaults()
 	}
-	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions, 50 large payloads")
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions, 50 large payloads, a 300,000-row foreign UPDATE, a 50,000-row live transaction")
 	fs.StringVar(&o.out, "out", "bench-results", "directory for results.json, latency.svg and walbox's logs")
 	fs.StringVar(&o.broker, "broker", bench.BrokerAuto, "kfake, kafka (a real broker from internal/kafkatest) or auto (kafka when java and mvn are available)")
 	fs.IntVar(&o.events, "events", defaults.events, "backlog size in events (quick: 50,000)")
