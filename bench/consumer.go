@@ -21,6 +21,12 @@ type latencyConsumer struct {
 
 	received atomic.Int64 // distinct events
 	dups     atomic.Int64
+	// lastID, when not nil, is the highest event id seen per record key
+	// (aggregate), for runs whose writer commits each aggregate's events
+	// in id order: a smaller id after a larger one of the same key is an
+	// order violation. Only the run goroutine touches it.
+	lastID   map[string]int64
+	disorder atomic.Int64
 	foreign  atomic.Int64 // records without a known event id
 	wg       sync.WaitGroup
 	cancel   context.CancelFunc
@@ -31,6 +37,12 @@ type latencyConsumer struct {
 // startConsumer starts consuming topics; ids outside [firstID,
 // firstID+capacity) count as foreign.
 func (e *Env) startConsumer(topics []string, firstID int64, capacity int, clk Clock) (*latencyConsumer, error) {
+	return e.startConsumerOrder(topics, firstID, capacity, clk, false)
+}
+
+// startConsumerOrder is startConsumer that, if checkOrder, also counts
+// per-key order violations (see latencyConsumer.lastID).
+func (e *Env) startConsumerOrder(topics []string, firstID int64, capacity int, clk Clock, checkOrder bool) (*latencyConsumer, error) {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(e.Brokers...),
 		kgo.ConsumeTopics(topics...),
@@ -46,6 +58,9 @@ func (e *Env) startConsumer(topics []string, firstID int64, capacity int, clk Cl
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &latencyConsumer{cl: cl, clk: clk, firstID: firstID, recvAt: make([]time.Duration, capacity), cancel: cancel}
+	if checkOrder {
+		c.lastID = map[string]int64{}
+	}
 	c.wg.Add(1)
 	go c.run(ctx)
 	return c, nil
@@ -65,28 +80,39 @@ func (c *latencyConsumer) run(ctx context.Context) {
 				c.errMu.Unlock()
 			}
 		})
-		fs.EachRecord(func(r *kgo.Record) {
-			idx := int64(-1)
-			for _, h := range r.Headers {
-				if h.Key == "event_id" {
-					if id, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
-						idx = id - c.firstID
-					}
-					break
-				}
-			}
-			if idx < 0 || idx >= int64(len(c.recvAt)) {
-				c.foreign.Add(1)
-				return
-			}
-			if c.recvAt[idx] != 0 {
-				c.dups.Add(1)
-				return
-			}
-			c.recvAt[idx] = now
-			c.received.Add(1)
-		})
+		fs.EachRecord(func(r *kgo.Record) { c.take(r, now) })
 	}
+}
+
+// take records the arrival of r at now.
+func (c *latencyConsumer) take(r *kgo.Record, now time.Duration) {
+	idx := int64(-1)
+	for _, h := range r.Headers {
+		if h.Key == "event_id" {
+			if id, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+				idx = id - c.firstID
+			}
+			break
+		}
+	}
+	if idx < 0 || idx >= int64(len(c.recvAt)) {
+		c.foreign.Add(1)
+		return
+	}
+	if c.recvAt[idx] != 0 {
+		c.dups.Add(1)
+		return
+	}
+	if c.lastID != nil {
+		id, k := c.firstID+idx, string(r.Key)
+		if last, ok := c.lastID[k]; ok && id < last {
+			c.disorder.Add(1)
+		} else {
+			c.lastID[k] = id
+		}
+	}
+	c.recvAt[idx] = now
+	c.received.Add(1)
 }
 
 // waitFor waits until n distinct events arrived, ctx ends or the timeout

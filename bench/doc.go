@@ -18,6 +18,12 @@
 //     event id.
 //   - Large transaction: one transaction of many rows, drained by walbox run
 //     as its own process so its peak RSS (VmHWM) can be read.
+//   - Foreign bulk UPDATE and large transaction written live (live.go):
+//     walbox runs while a table outside the publication is updated in one
+//     transaction with outbox events around it, or while one large outbox
+//     transaction is written; how long events wait behind it.
+//   - Server-side decoding (slotstats.go): the spill and stream figures of
+//     every slot-based run, from pg_stat_replication_slots.
 //   - Database cost: WAL bytes, tuple updates and Postgres CPU per event.
 //
 // Nothing here is safe for concurrent use unless it says so: the runner

@@ -109,6 +109,10 @@ func PrintTable(w io.Writer, res *Results) {
 		tw.Flush()
 	}
 
+	printLive(w, res)
+	printSlotStats(w, res)
+	printStreamTargets(w, res)
+
 	if len(res.PeakRSS) > 0 {
 		settings := "default settings"
 		if extra := append(slices.Clone(res.Settings.WalboxArgs), res.Settings.WalboxEnv...); len(extra) > 0 {
@@ -312,6 +316,12 @@ func notes(res *Results) []string {
 	}
 	if res.Steady != nil {
 		n = append(n, "Steady latency joins, per event id, the time the writer's INSERT returned with the time the consumer's poll returned the record; the consumer polls with default fetch settings (the broker answers a fetch as soon as any data is there).")
+	}
+	if res.ForeignUpdate != nil || len(res.LargeLive) > 0 || res.LargeTxn != nil {
+		n = append(n, "Spill and stream are pg_stat_replication_slots of the relay's slot, reset with pg_stat_reset_replication_slot at the run's start and read once they stopped changing: spill is the walsender writing a transaction larger than logical_decoding_work_mem ("+pgSettings["logical_decoding_work_mem"]+") to the server's disk, stream is sending it in progress (protocol 2+, streaming on).")
+	}
+	if res.ForeignUpdate != nil || len(res.LargeLive) > 0 {
+		n = append(n, "The foreign-update and large-live scenarios run walbox while the work happens: the foreign table is written before walbox's slot exists, then updated in one transaction while one outbox event commits every "+tickInterval.String()+" on one connection; the large-live transaction is one COPY. Their consumer also checks per-aggregate order (ids of an aggregate must arrive ascending).")
 	}
 	if res.Payload != nil {
 		n = append(n, "Large payloads: random hex inside the JSON, so neither TOAST nor the producer's compression shrinks them; one record per payload, each close to the default producer batch limit.")

@@ -22,6 +22,10 @@ type Results struct {
 	Steady   *SteadyResult   `json:"steady,omitempty"`
 	LargeTxn *LargeTxnResult `json:"large_txn,omitempty"`
 	Payload  *PayloadResult  `json:"large_payload,omitempty"`
+	// ForeignUpdate and LargeLive run walbox while the work happens
+	// (live.go).
+	ForeignUpdate *ForeignUpdateResult `json:"foreign_update,omitempty"`
+	LargeLive     []LiveTxnResult      `json:"large_live,omitempty"`
 
 	// PeakRSS is the peak RSS of every walbox process run, the largest
 	// first: walbox's memory target holds for each of them.
@@ -64,6 +68,8 @@ type Settings struct {
 	SteadySeconds     float64           `json:"steady_seconds"`
 	SteadyTxnRows     [2]int            `json:"steady_txn_rows"`
 	LargeTxnRows      []int             `json:"large_txn_rows"`
+	ForeignRows       int               `json:"foreign_update_rows,omitempty"`
+	LargeLiveRows     []int             `json:"large_live_rows,omitempty"`
 	PollBatches       []int             `json:"poll_batches"`
 	StatusIntervalMs  int64             `json:"status_interval_ms"`
 	WalboxLingerMs    float64           `json:"walbox_producer_linger_ms"`
@@ -160,7 +166,10 @@ type DrainRun struct {
 	// Inflight is walbox's in-flight window during the drain (in-process
 	// walbox only).
 	Inflight *InflightStats `json:"inflight,omitempty"`
-	Error    string         `json:"error,omitempty"`
+	// SlotStats is the server's spill and stream figures for the relay's
+	// slot during the drain (slot-based relays only).
+	SlotStats *SlotStats `json:"slot_stats,omitempty"`
+	Error     string     `json:"error,omitempty"`
 }
 
 // SteadyResult is the steady-load scenario.
@@ -193,8 +202,10 @@ type SteadyRun struct {
 	// OtherCPUPct is as in DrainRun, over the measured writing.
 	OtherCPUPct float64 `json:"other_cpu_pct"`
 	// PeakRSSBytes is as in DrainRun, read after the last event arrived.
-	PeakRSSBytes int64  `json:"peak_rss_bytes,omitempty"`
-	Error        string `json:"error,omitempty"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes,omitempty"`
+	// SlotStats is as in DrainRun, over the measured writing.
+	SlotStats *SlotStats `json:"slot_stats,omitempty"`
+	Error     string     `json:"error,omitempty"`
 	// CPUSeconds is the relay process's CPU time from the start of the
 	// measured writing until the last event arrived (relays run as their
 	// own process only).
@@ -304,6 +315,12 @@ func peakRSSSummary(res *Results) []RSSFigure {
 		for _, r := range p.Runs {
 			add(r.Relay, fmt.Sprintf("large payloads, %s rows of %s bytes", thousands(r.Events), thousands(p.PayloadBytes)), r.PeakRSSBytes)
 		}
+	}
+	if f := res.ForeignUpdate; f != nil {
+		add(walboxName, fmt.Sprintf("foreign UPDATE of %s rows, events around it", thousands(f.Rows)), f.PeakRSSBytes)
+	}
+	for _, l := range res.LargeLive {
+		add(walboxName, fmt.Sprintf("large transaction written live, %s rows", thousands(l.Rows)), l.PeakRSSBytes)
 	}
 	slices.SortStableFunc(out, func(a, b RSSFigure) int { return cmp.Compare(b.Bytes, a.Bytes) })
 	return out

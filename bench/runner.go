@@ -35,11 +35,18 @@ type Config struct {
 	// LargeTxn lists the sizes of the large-transaction scenario.
 	LargeTxn []int
 
+	// ForeignRows is the row count of the foreign-update scenario's table
+	// (outside the publication), updated in one transaction.
+	ForeignRows int
+	// LargeLive lists the sizes of the large-live scenario: one outbox
+	// transaction written while walbox streams.
+	LargeLive []int
+
 	// PollBatches are the polling relay's batch sizes.
 	PollBatches []int
 
-	// Scenarios to run: "backlog", "steady", "large", "payload"; empty
-	// means all.
+	// Scenarios to run: "backlog", "steady", "large", "payload",
+	// "foreign-update", "large-live"; empty means all.
 	Scenarios []string
 
 	// LargePayloadRows is the row count of the large-payload scenario,
@@ -151,6 +158,7 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 			BacklogEvents: c.Events, BacklogTxnSize: c.TxnSize, Aggregates: c.Aggregates,
 			PayloadBytes: payloadSize, SteadyRate: c.Rate, SteadySeconds: c.Duration.Seconds(),
 			SteadyTxnRows: [2]int{1, 10}, LargeTxnRows: c.LargeTxn, PollBatches: c.PollBatches,
+			ForeignRows: c.ForeignRows, LargeLiveRows: c.LargeLive,
 			StatusIntervalMs: statusInterval.Milliseconds(), PostgresOverrides: pgSettings,
 			WalboxLingerMs: float64(c.WalboxLinger) / float64(time.Millisecond),
 			WalboxArgs:     r.env.WalboxArgs, WalboxEnv: r.env.WalboxEnv,
@@ -186,6 +194,12 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 	if c.wants("payload") && ctx.Err() == nil {
 		r.largePayload(ctx)
 	}
+	if c.wants("foreign-update") && c.ForeignRows > 0 && ctx.Err() == nil {
+		r.foreignUpdate(ctx)
+	}
+	if c.wants("large-live") && ctx.Err() == nil {
+		r.largeLive(ctx)
+	}
 	r.res.PeakRSS = peakRSSSummary(r.res)
 	if c.ExactlyOnce {
 		r.res.Settings.EOSTxnIntervalMs = float64(c.EOSTxnInterval) / float64(time.Millisecond)
@@ -219,6 +233,13 @@ func (r *Runner) drain(ctx context.Context, rel Relay, n int, target pglogrepl.L
 	}
 	if onStart != nil {
 		if err := onStart(); err != nil {
+			run.Error = err.Error()
+			return run
+		}
+	}
+	sr, _ := rel.(slotRelay)
+	if sr != nil {
+		if err := r.resetSlotStats(ctx, sr.Slot()); err != nil {
 			run.Error = err.Error()
 			return run
 		}
@@ -268,6 +289,10 @@ func (r *Runner) drain(ctx context.Context, rel Relay, n int, target pglogrepl.L
 	run.RecordsPerBatch = r.env.sampleBatches(ctx, rel.Topics(), delivered)
 	flushStats()
 	after, serr := r.env.snapshot(ctx)
+	if sr != nil {
+		st, e := r.env.SlotStats(ctx, sr.Slot())
+		run.SlotStats, serr = &st, errors.Join(serr, e)
+	}
 	if err = errors.Join(err, stopErr, serr); err != nil {
 		run.Error = err.Error()
 	}
@@ -284,6 +309,16 @@ func (r *Runner) drain(ctx context.Context, rel Relay, n int, target pglogrepl.L
 		run.CPUMicrosPerEvent = run.CPUSeconds * 1e6 / float64(delivered)
 	}
 	return run
+}
+
+// resetSlotStats zeroes the server's decoding statistics of slot if it
+// exists (a relay that creates its own slot starts from zero anyway).
+func (r *Runner) resetSlotStats(ctx context.Context, slot string) error {
+	ok, err := r.env.slotExists(ctx, slot)
+	if err != nil || !ok {
+		return err
+	}
+	return r.env.ResetSlotStats(ctx, slot)
 }
 
 // errLimit ends a drain that reached its time limit.

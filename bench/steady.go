@@ -144,6 +144,13 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 		run.Error = err.Error()
 		return run
 	}
+	sr, _ := rel.(slotRelay)
+	if sr != nil {
+		if err := r.resetSlotStats(ctx, sr.Slot()); err != nil {
+			run.Error = err.Error()
+			return run
+		}
+	}
 	watch, cpu0 := r.env.startCPUWatch(), relayCPU(rel)
 	if profStart != nil {
 		if err := profStart(); err != nil {
@@ -183,6 +190,10 @@ func (r *Runner) steadyRun(ctx context.Context, rel Relay, load SteadyLoad, prof
 	}
 	flushStats()
 	after, serr := r.env.snapshot(ctx)
+	if sr != nil {
+		st, e := r.env.SlotStats(ctx, sr.Slot())
+		run.SlotStats, serr = &st, errors.Join(serr, e)
+	}
 	if err := errors.Join(waitErr, stopErr, serr); err != nil {
 		run.Error = err.Error()
 	}

@@ -5,7 +5,7 @@
 // and writes results.json and latency.svg to --out. See package bench.
 //
 //	go run ./cmd/walbox-bench            # default run, under 10 minutes on 2 cores
-//	go run ./cmd/walbox-bench --quick    # about 2 minutes, for development
+//	go run ./cmd/walbox-bench --quick    # about 2.5 minutes, for development
 package main
 
 import (
@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,8 @@ type options struct {
 	rate          int
 	duration      time.Duration
 	largeTxn      string
+	foreignRows   int
+	largeLive     string
 	payloadRows   int
 	payloadBytes  int
 	pollBatches   string
@@ -68,10 +71,15 @@ type options struct {
 	eosInterval   time.Duration
 }
 
+// scenarioNames are the scenarios --scenarios accepts.
+var scenarioNames = []string{"backlog", "steady", "large", "payload", "foreign-update", "large-live"}
+
 // Sizes of the default and the quick run.
 var (
-	defaults = options{events: 1_000_000, duration: 60 * time.Second, largeTxn: "250000,1000000", payloadRows: bench.LargePayloadRows}
-	quick    = options{events: 50_000, duration: 10 * time.Second, largeTxn: "25000,100000", payloadRows: 50}
+	defaults = options{events: 1_000_000, duration: 60 * time.Second, largeTxn: "250000,1000000", payloadRows: bench.LargePayloadRows,
+		foreignRows: 3_000_000, largeLive: "500000"}
+	quick = options{events: 50_000, duration: 10 * time.Second, largeTxn: "25000,100000", payloadRows: 50,
+		foreignRows: 300_000, largeLive: "50000"}
 )
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -84,15 +92,18 @@ func parse(args []string, stderr io.Writer) (options, error) {
 Runs walbox's benchmark against a throwaway Postgres and a broker: backlog
 drain, steady-load latency, large transaction, large payloads, database
 cost, each next to a minimal pglogrepl consumer (the ceiling) and a polling
-relay; walbox runs as its own process with default settings, and the peak
-RSS of every walbox run is reported. Prints a table to stdout, progress to
+relay; then a bulk UPDATE of a table outside the publication with outbox
+events around it (foreign-update) and a large outbox transaction written
+while walbox streams (large-live). walbox runs as its own process with
+default settings; the peak RSS of every walbox run and the server's spill
+and stream bytes of every slot are reported. Prints a table to stdout, progress to
 stderr, and writes results.json and latency.svg to --out.
 
 Options:
 `)
 		fs.PrintDefaults()
 	}
-	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions, 50 large payloads")
+	fs.BoolVar(&o.quick, "quick", false, "small sizes for development: 50,000-event backlog, 10 s steady load, 25,000/100,000-row transactions, 50 large payloads, a 300,000-row foreign UPDATE, a 50,000-row live transaction")
 	fs.StringVar(&o.out, "out", "bench-results", "directory for results.json, latency.svg and walbox's logs")
 	fs.StringVar(&o.broker, "broker", bench.BrokerAuto, "kfake, kafka (a real broker from internal/kafkatest) or auto (kafka when java and mvn are available)")
 	fs.IntVar(&o.events, "events", defaults.events, "backlog size in events (quick: 50,000)")
@@ -101,10 +112,12 @@ Options:
 	fs.IntVar(&o.rate, "rate", 5000, "steady-load events per second")
 	fs.DurationVar(&o.duration, "duration", defaults.duration, "steady-load duration per relay (quick: 10s)")
 	fs.StringVar(&o.largeTxn, "large-txn", defaults.largeTxn, "comma-separated row counts of the large-transaction scenario (quick: 25000,100000)")
+	fs.IntVar(&o.foreignRows, "foreign-rows", defaults.foreignRows, "rows of the foreign-update scenario's table (outside the publication), all updated in one transaction while outbox events are written around it (quick: 300,000)")
+	fs.StringVar(&o.largeLive, "large-live", defaults.largeLive, "comma-separated row counts of the large-live scenario: one outbox transaction written while walbox streams (quick: 50000)")
 	fs.IntVar(&o.payloadRows, "payload-rows", defaults.payloadRows, "rows of the large-payload scenario, in transactions of 10 (quick: 50)")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", bench.LargePayloadBytes, "payload size of the large-payload scenario, in bytes")
 	fs.StringVar(&o.pollBatches, "poll-batches", "100,1000", "comma-separated batch sizes of the polling relay")
-	fs.StringVar(&o.scenarios, "scenarios", "backlog,steady,large,payload", "comma-separated scenarios to run")
+	fs.StringVar(&o.scenarios, "scenarios", "backlog,steady,large,payload,foreign-update,large-live", "comma-separated scenarios to run")
 	fs.IntVar(&o.loadConns, "load-conns", 2, "connections writing the backlog in parallel")
 	fs.IntVar(&o.writerConns, "writer-conns", 4, "connections of the steady-load writer")
 	fs.BoolVar(&o.steadyCeiling, "steady-ceiling", true, "also run the ceiling under the steady load, for the p99 ratio the targets name (one more run of --duration; --steady-ceiling=false skips it)")
@@ -139,14 +152,25 @@ Options:
 		if !set["payload-rows"] {
 			o.payloadRows = quick.payloadRows
 		}
+		if !set["foreign-rows"] {
+			o.foreignRows = quick.foreignRows
+		}
+		if !set["large-live"] {
+			o.largeLive = quick.largeLive
+		}
 	}
 	switch {
 	case o.events < o.txnSize || o.txnSize < 1:
 		return o, fmt.Errorf("--events (%d) must be at least --txn-size (%d), which must be positive", o.events, o.txnSize)
 	case o.exactlyOnce && o.eosInterval <= 0:
 		return o, errors.New("--eos-txn-interval must be positive")
-	case o.aggregates < 1, o.rate < 1, o.duration <= 0, o.loadConns < 1, o.writerConns < 1, o.payloadRows < 1, o.payloadBytes < 1:
-		return o, errors.New("--aggregates, --rate, --duration, --load-conns, --writer-conns, --payload-rows and --payload-bytes must be positive")
+	case o.aggregates < 1, o.rate < 1, o.duration <= 0, o.loadConns < 1, o.writerConns < 1, o.payloadRows < 1, o.payloadBytes < 1, o.foreignRows < 1:
+		return o, errors.New("--aggregates, --rate, --duration, --load-conns, --writer-conns, --payload-rows, --payload-bytes and --foreign-rows must be positive")
+	}
+	for _, s := range strings.Split(o.scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" && !slices.Contains(scenarioNames, s) {
+			return o, fmt.Errorf("--scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames, ","))
+		}
 	}
 	return o, nil
 }
@@ -177,16 +201,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	large, err := ints("large-txn", o.largeTxn)
 	if err == nil {
-		var polls []int
+		var polls, live []int
 		if polls, err = ints("poll-batches", o.pollBatches); err == nil {
-			return runBench(o, large, polls, stdout, stderr)
+			if live, err = ints("large-live", o.largeLive); err == nil {
+				return runBench(o, large, polls, live, stdout, stderr)
+			}
 		}
 	}
 	fmt.Fprintf(stderr, "walbox-bench: %v\n", err)
 	return exitUsage
 }
 
-func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
+func runBench(o options, large, polls, live []int, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -228,7 +254,7 @@ func runBench(o options, large, polls []int, stdout, stderr io.Writer) int {
 	r := bench.NewRunner(bench.Config{
 		Quick: o.quick, Events: o.events, TxnSize: o.txnSize, Aggregates: o.aggregates, LoadConns: o.loadConns,
 		Rate: o.rate, Duration: o.duration, WriterConns: o.writerConns, SteadyCeiling: o.steadyCeiling,
-		LargeTxn: large, PollBatches: polls, Scenarios: scenarios,
+		LargeTxn: large, PollBatches: polls, Scenarios: scenarios, ForeignRows: o.foreignRows, LargeLive: live,
 		LargePayloadRows: o.payloadRows, LargePayloadBytes: o.payloadBytes,
 		ExactlyOnce: o.exactlyOnce, EOSTxnInterval: o.eosInterval,
 		OutDir: out, CPUProfile: o.cpuProfile, WalboxBin: o.walboxBin, WalboxLinger: o.walboxLinger, PollDrainLimit: o.pollLimit,
