@@ -31,8 +31,8 @@ func (ib *Inbox) Cleanup(ctx context.Context, db Execer, olderThan time.Duration
 		batch = DefaultCleanupBatch
 	}
 	t := ib.table.sanitize()
-	sql := `DELETE FROM ` + t + ` WHERE consumer = $1 AND event_id IN (` +
-		`SELECT event_id FROM ` + t + ` WHERE consumer = $1 AND received_at < now() - $2 * interval '1 microsecond'` +
+	sql := `DELETE FROM ` + t + ` WHERE consumer = $1 AND (source, event_id) IN (` +
+		`SELECT source, event_id FROM ` + t + ` WHERE consumer = $1 AND received_at < now() - $2 * interval '1 microsecond'` +
 		` ORDER BY received_at LIMIT $3)`
 	var total int64
 	for {
