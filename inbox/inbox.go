@@ -295,7 +295,9 @@ type Beginner interface {
 // transaction is only a savepoint of it: its "commit" releases the
 // savepoint, and the outer transaction can still roll back and take the
 // inbox row and the effect with it; the offset may then be committed only
-// after the outer transaction's COMMIT returned nil.
+// after the outer transaction's COMMIT returned nil. That savepoint is a
+// subtransaction: for many records in one transaction, call HandleBatch (or
+// Handle) on it instead.
 //
 // On an error the transaction did not commit, except when the commit itself
 // failed on a lost connection, in which case it may have: either way,

@@ -42,6 +42,9 @@ func (ib *Inbox) MigrationSQL() (string, error) {
 		sql := string(b)
 		// The index first: its name contains the table's.
 		sql = strings.ReplaceAll(sql, def.name+indexSuffix, ib.table.index())
+		// Then the table's name inside string literals ('…'::regclass in
+		// 002's DO block), where a quote in it must be doubled.
+		sql = strings.ReplaceAll(sql, "'"+def.String()+"'", "'"+strings.ReplaceAll(ib.table.sanitize(), "'", "''")+"'")
 		sql = strings.ReplaceAll(sql, def.String(), ib.table.sanitize())
 		all.WriteString(sql)
 		all.WriteString("\n")

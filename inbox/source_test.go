@@ -89,7 +89,7 @@ const oldInsert = `INSERT INTO %s (consumer, event_id, topic, kafka_partition, k
 // version's statement then fails (it names the old key), as
 // 002_inbox_source.sql says, rather than skipping anything.
 func TestUpgradeAddsSource(t *testing.T) {
-	for _, table := range []string{"", "App.Inbox"} {
+	for _, table := range []string{"", "App.Inbox", "App.it's"} {
 		t.Run("table="+table, func(t *testing.T) {
 			srv := shared.Server(t)
 			dsn := srv.DSN(pgtest.NewDatabase(t, srv))
@@ -108,7 +108,7 @@ func TestUpgradeAddsSource(t *testing.T) {
 			}
 			quoted := `"public"."walbox_inbox"`
 			if table != "" {
-				quoted = `"App"."Inbox"`
+				quoted = pgx.Identifier(strings.Split(table, ".")).Sanitize()
 			}
 			// The previous version's table and rows.
 			v1, err := inbox.Migrations.ReadFile("migrations/001_inbox.sql")
