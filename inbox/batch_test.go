@@ -327,3 +327,36 @@ func TestMissingEventIDRefusesBatch(t *testing.T) {
 		t.Fatalf("handler called %d times, or inbox rows written", called)
 	}
 }
+
+// TestConsumerDiesMidBatch: a consumer whose connection drops after
+// HandleBatch applied a batch but before the commit leaves nothing: the
+// redelivery applies every record; one that committed gets each skipped.
+func TestConsumerDiesMidBatch(t *testing.T) {
+	e := newEnv(t, inbox.Config{Consumer: "billing"})
+	conn := connect(t, e.dsn)
+	dying, err := pgx.Connect(ctx(t), e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := dying.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := records(0, 20)
+	if applied, err := e.ib.HandleBatch(ctx(t), tx, recs, depositEach); err != nil || !allTrue(applied) {
+		t.Fatalf("HandleBatch = %v, %v", applied, err)
+	}
+	// The process dies here: its connection closes without a commit.
+	if err := dying.PgConn().Conn().Close(); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := e.ib.ProcessBatch(ctx(t), conn, recs, depositEach); err != nil || !allTrue(applied) {
+		t.Fatalf("redelivery after a death before the commit: %v, %v; want all applied", applied, err)
+	}
+	if applied, err := e.ib.ProcessBatch(ctx(t), conn, recs, depositEach); err != nil || fmt.Sprint(applied) != fmt.Sprint(make([]bool, 20)) {
+		t.Fatalf("redelivery after the commit: %v, %v; want none applied", applied, err)
+	}
+	if balance, calls := account(t, conn); balance != 20 || calls != 20 {
+		t.Fatalf("balance %d after %d calls, want 20 after 20", balance, calls)
+	}
+}
