@@ -16,10 +16,14 @@ const DefaultCleanupBatch = 1000
 // a statement of its own, so locks and WAL stay small; run it outside a
 // transaction (db a connection or a pool) and on a schedule, e.g. hourly.
 //
-// olderThan is the retention and must exceed the longest time after which a
-// copy of an event can still be delivered: a copy arriving after its row was
-// deleted is applied again (see the package documentation). When ctx ends
-// between batches, Cleanup returns the count so far with ctx's error.
+// olderThan is the retention, counted from the first applied copy
+// (received_at). It must exceed the longest time after which another copy
+// of an event can still arrive, late copies included (a walbox replay, a
+// re-publish from the outbox table, a cut-off instance's retries, each then
+// readable for the topic's retention): a copy arriving after its row was
+// deleted is applied again. The package documentation gives the rule. When
+// ctx ends between batches, Cleanup returns the count so far with ctx's
+// error.
 func (ib *Inbox) Cleanup(ctx context.Context, db Execer, olderThan time.Duration, batch int) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%w: cleanup retention %s must be positive, and longer than any redelivery window", ErrInvalidConfig, olderThan)
@@ -31,8 +35,8 @@ func (ib *Inbox) Cleanup(ctx context.Context, db Execer, olderThan time.Duration
 		batch = DefaultCleanupBatch
 	}
 	t := ib.table.sanitize()
-	sql := `DELETE FROM ` + t + ` WHERE consumer = $1 AND event_id IN (` +
-		`SELECT event_id FROM ` + t + ` WHERE consumer = $1 AND received_at < now() - $2 * interval '1 microsecond'` +
+	sql := `DELETE FROM ` + t + ` WHERE consumer = $1 AND (source, event_id) IN (` +
+		`SELECT source, event_id FROM ` + t + ` WHERE consumer = $1 AND received_at < now() - $2 * interval '1 microsecond'` +
 		` ORDER BY received_at LIMIT $3)`
 	var total int64
 	for {

@@ -6,6 +6,7 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Defaults of Config.
@@ -40,7 +41,25 @@ type Config struct {
 	// Header is the record header holding the event id. Default event_id
 	// (walbox's header); `id` for walbox's Debezium-compatible records.
 	Header string
+
+	// Source names where a record's event id is unique, for a consumer that
+	// reads events of several origins whose ids may coincide (two outbox
+	// tables with BIGSERIAL ids both have an event 1). Rows are keyed by
+	// (consumer, source, event id): an event is skipped only when one with
+	// the same id from the same source was applied. nil (the default) puts
+	// every record in the source "", so ids must be unique across
+	// everything the consumer reads. An error refuses the record before
+	// anything is written. SourceTopic keys by the record's topic. The
+	// function must be deterministic: a copy of an event that maps to
+	// another source than the first is applied again.
+	Source func(rec *kgo.Record) (string, error)
 }
+
+// SourceTopic is a Config.Source that keys event ids by the record's topic:
+// right when each topic carries the events of one origin (one outbox
+// table), wrong when copies of one event can arrive on two topics (a
+// re-publish or a replay to another topic is then applied again).
+func SourceTopic(rec *kgo.Record) (string, error) { return rec.Topic, nil }
 
 // tableName is a validated schema-qualified table name.
 type tableName struct{ schema, name string }

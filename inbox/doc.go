@@ -11,33 +11,100 @@
 // inbox table inside the same database transaction as the event's effect,
 // so the effect and "this event was applied" commit together or not at all.
 //
-// Usage:
+// Usage, a whole poll in one transaction:
 //
 //	ib, err := inbox.New(inbox.Config{Consumer: "billing"})
 //	...
-//	applied, err := ib.Process(ctx, db, rec, func(ctx context.Context, tx pgx.Tx) error {
-//		_, err := tx.Exec(ctx, `UPDATE account SET balance = balance + $1 WHERE id = $2`, amount, id)
+//	fetches := cl.PollFetches(ctx)
+//	applied, err := ib.ProcessBatch(ctx, db, fetches.Records(), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+//		_, err := tx.Exec(ctx, `UPDATE account SET balance = balance + $1 WHERE id = $2`, amount(rec), id(rec))
 //		return err
 //	})
+//	if err != nil {
+//		// Nothing of the batch is committed: have it delivered again.
+//	}
+//	err = cl.CommitRecords(ctx, fetches.Records()...) // only after ProcessBatch returned nil
 //
-// Handle does the same inside a transaction the caller already has (for
-// example to apply a whole poll of records in one transaction).
+// ProcessBatch records every id of the batch with one INSERT … ON CONFLICT
+// DO NOTHING, calls the handler only for the events that were new, and
+// commits. It takes no savepoint per record: a subtransaction per record
+// (more than 64 in one transaction) would overflow the backend's
+// subtransaction cache and slow every other session of the database through
+// pg_subtrans. Process does the same for one record; HandleBatch and Handle
+// work inside a transaction the caller already has.
 //
-// # The event id
+// # When the offsets may be committed
+//
+// Only after the transaction that holds the inbox rows committed: after
+// Process or ProcessBatch returned nil on a connection or a pool, after the
+// caller's own COMMIT returned nil with Handle or HandleBatch. Process and
+// ProcessBatch given a pgx.Tx begin only a savepoint of it: their "commit"
+// releases the savepoint, and the outer transaction can still roll back,
+// taking the inbox rows and the effects with it; commit the offsets after
+// the outer COMMIT. Committing offsets earlier loses the events of a
+// transaction that then rolls back.
+//
+// # When a handler fails
+//
+// The ids of the whole batch are recorded before the first handler runs.
+// When a handler fails (an error or a panic), the ids of that record and of
+// the records after it are in the transaction, and the handler may have
+// done part of its work. So the failure aborts the transaction: any later
+// statement in it fails, and its Commit commits nothing (pgx reports
+// pgx.ErrTxCommitRollback). The caller cannot commit past a failed record:
+// roll the transaction back and have the batch delivered again from its
+// first record (seek back, or restart without committing the offsets); the
+// inbox skips what an earlier commit applied. The error is a *HandlerError
+// naming the record; to get past a record whose handler can never succeed,
+// deal with it on its own (a dead-letter table, say) in a transaction of
+// its own, then process the others without it.
+//
+// # The event id and its uniqueness
 //
 // The id comes from a record header: `event_id` by default (walbox's default
-// header, the outbox row's id), or another name with Config.Header, such as
-// `id` for walbox's Debezium-compatible records. A record without it, or with
-// an empty one, is refused with ErrMissingEventID naming the record's topic,
-// partition and offset: it cannot be deduplicated, and applying it silently
-// could apply it twice.
+// header, the outbox row's id column), or another name with Config.Header,
+// such as `id` for walbox's Debezium-compatible records. Rows are keyed by
+// (consumer, source, event id): an event is skipped when an event with the
+// same id and source was applied by the same consumer before.
 //
-// # Consumers sharing a table
+// So event ids must be unique across everything one Consumer reads with
+// one source. walbox's default id is the outbox row's id, unique within one
+// outbox table: a consumer that reads the events of two outbox tables (two
+// services, two databases, a table rebuilt with its sequence restarted)
+// whose ids can coincide must give each its own source with Config.Source,
+// for example by topic (SourceTopic) when each topic carries one table's
+// events, unless the ids are globally unique (UUIDs). Without a Source all
+// records share the source "", and the second of two events sharing an id
+// is skipped as applied. The source must be the same for every copy of an
+// event: a copy that arrives on another topic (re-published or replayed
+// elsewhere) is applied again under SourceTopic.
 //
-// Rows are keyed by (consumer, event id): several services, or several
-// consumer groups of one service, can share one inbox table and each applies
-// every event once. Use one Consumer name per independent reader of the
-// events; two instances of the same consumer group must use the same name.
+// # Records the inbox refuses
+//
+// A record whose id is missing or empty, or that carries the header
+// several times with different values, is refused with ErrMissingEventID
+// naming the record's topic, partition and offset, before anything is
+// written; in a batch, the whole batch is refused. It is never skipped nor
+// applied unguarded: stop, leave its offset uncommitted, and fix the cause.
+// walbox emits two such records:
+//
+//   - A row whose headers column carries an `event_id` key that differs
+//     from its id column: walbox sends the id column's event_id first and
+//     the row's headers after it, so the record has two. Fix the writer (no
+//     event_id key in the headers column, or the same value). For records
+//     already in the topic, decide once which id is the event's and apply
+//     the same rule to every copy, on every instance: to keep walbox's, the
+//     first, remove the later event_id headers from rec.Headers before
+//     handing the record to the inbox.
+//   - A row without an id (a table without the id column, or a NULL id):
+//     walbox sends no event_id header. Give the outbox an id column (NOT
+//     NULL; walbox's columns.id option names it). Records already in the
+//     topic have no key to deduplicate by: apply them by hand and commit
+//     past them, or, only if walbox ran with `--delivery exactly-once` and
+//     the consumer reads read_committed (one copy of each row in Kafka),
+//     key them by their position, e.g. a header set to topic/partition/
+//     offset under a Source of their own; a replay or re-publish of them
+//     is then applied again.
 //
 // # Concurrency and isolation
 //
@@ -48,22 +115,49 @@
 // the first rolled back. That holds under READ COMMITTED, PostgreSQL's
 // default. Under REPEATABLE READ or SERIALIZABLE the second transaction
 // fails with a serialization error (SQLSTATE 40001) instead: roll back and
-// retry the record, as with any conflict at those levels.
+// retry the record, as with any conflict at those levels. A batch inserts
+// its ids in sorted order, so two batches sharing events wait for each
+// other rather than deadlock on the inbox (the handlers' own locks can
+// still deadlock: a 40P01 error, retried like 40001).
 //
-// # Table and cleanup
+// # Table, upgrade and cleanup
 //
-// The table is created by migrations/001_inbox.sql (psql) or Migrate, which
-// runs the same file with the configured table name. Rows are never needed
-// again once no copy of their event can arrive any more; Cleanup deletes a
-// consumer's rows older than a retention, in batches. The retention must be
-// longer than the longest time after which an event can be delivered again,
-// or a late copy finds no row and is applied a second time. Count every way
-// a copy can come back: the Kafka topic's retention if consumer offsets may
-// ever be reset to the earliest offset, the longest consumer outage or lag
-// (records re-read after it), `walbox replay` of a saved range, and a
-// re-publish after a vanished slot (see docs/slots.md). When in doubt, keep
-// the rows at least as long as the topic keeps the records.
+// The table is created by the files of migrations/ applied in order
+// (001_inbox.sql, then 002_inbox_source.sql, with psql) or by Migrate,
+// which runs them with the configured table name. A table of the previous
+// version (001_inbox.sql only) is upgraded by 002_inbox_source.sql, or by
+// Migrate: its rows keep their events applied under the source "". Until
+// then the inbox refuses the table, naming the file. The upgrade rebuilds
+// the key under a lock that blocks the table for the build, and consumers
+// of the previous version fail (without applying anything) once it ran:
+// stop them, upgrade, start the new version.
 //
-// An Inbox is safe for concurrent use; Handle uses the transaction it is
-// given, which, like any pgx.Tx, belongs to one goroutine at a time.
+// Rows are never needed again once no copy of their event can arrive any
+// more; Cleanup deletes a consumer's rows older than a retention, in
+// batches. A copy that arrives after its row was deleted is applied a
+// second time, silently. Rows are aged from the first applied copy
+// (received_at), and a copy can be written to Kafka long after the first
+// one and then stay readable for the topic's retention. So the retention
+// must be at least
+//
+//	the longest delay after which another copy of an event can still be
+//	written to a topic this consumer reads
+//	+ the longest time a copy stays readable there
+//	+ a margin (a consumer outage that ends with a re-read)
+//
+// The delay is the longest of: the replay window, if `walbox replay` may be
+// run (--replay-window, plus the time until someone replays); the outbox
+// table's retention of published rows, if a re-publish from it may be done
+// (after a vanished slot, see docs/slots.md); how long a walbox instance
+// that lost the slot may keep running and retrying what it had produced;
+// and the time at-least-once walbox takes to send a duplicate after a
+// crash (seconds). The readable time is the topic's retention.ms, if
+// offsets may ever be reset to the earliest or a new group of the same
+// Consumer name starts from the earliest. When one of them is unbounded (a
+// compacted or infinitely retained topic read from the start, re-publishes
+// from an archive), do not clean up this consumer's rows.
+//
+// An Inbox is safe for concurrent use; Handle and HandleBatch use the
+// transaction they are given, which, like any pgx.Tx, belongs to one
+// goroutine at a time.
 package inbox

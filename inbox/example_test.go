@@ -13,22 +13,23 @@ import (
 )
 
 // A billing service applies OrderPlaced events to its own database once
-// each: the balance update and the inbox row commit together, and the Kafka
-// offset is committed only after them. Kafka may deliver a record again
-// (a crash before the offset commit, a rebalance, walbox's at-least-once
-// mode); the inbox skips it. (Compiled, not run: it needs a database and a
-// broker.)
+// each, a whole poll per transaction: the balance updates and the inbox
+// rows commit together, and the Kafka offsets are committed only after
+// that commit. Kafka may deliver a record again (a crash before the offset
+// commit, a rebalance, walbox's at-least-once mode); the inbox skips it.
+// (Compiled, not run: it needs a database and a broker.)
 func Example() {
 	ctx := context.Background()
-	db, err := pgx.Connect(ctx, "postgres://billing@db/billing")
+	db, err := pgx.Connect(ctx, "postgres://billing@db/billing") // or a *pgxpool.Pool
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer db.Close(ctx)
 	ib, err := inbox.New(inbox.Config{Consumer: "billing"}) // header event_id, table public.walbox_inbox
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := ib.Migrate(ctx, db); err != nil { // or psql -f inbox/migrations/001_inbox.sql
+	if err := ib.Migrate(ctx, db); err != nil { // or psql -f each of inbox/migrations/*.sql, in order
 		log.Fatal(err)
 	}
 	cl, err := kgo.NewClient(
@@ -47,33 +48,49 @@ func Example() {
 		if err := fetches.Err0(); err != nil {
 			log.Fatal(err)
 		}
-		for _, rec := range fetches.Records() {
-			applied, err := ib.Process(ctx, db, rec, func(ctx context.Context, tx pgx.Tx) error {
-				var order struct {
-					Customer   string `json:"customer"`
-					TotalCents int64  `json:"total_cents"`
-				}
-				if err := json.Unmarshal(rec.Value, &order); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `UPDATE balance SET cents = cents - $1 WHERE customer = $2`, order.TotalCents, order.Customer)
+		recs := fetches.Records()
+		applied, err := ib.ProcessBatch(ctx, db, recs, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			var order struct {
+				Customer   string `json:"customer"`
+				TotalCents int64  `json:"total_cents"`
+			}
+			if err := json.Unmarshal(rec.Value, &order); err != nil {
 				return err
-			})
-			if errors.Is(err, inbox.ErrMissingEventID) {
-				// Not one of walbox's events: fix the producer or Config.Header.
-				// Stopping here keeps the record uncommitted, never skipped.
-				log.Fatal(err)
 			}
-			if err != nil {
-				// Nothing committed (or, on a commit lost with the connection,
-				// perhaps it was): restart, the record comes again and the
-				// inbox applies it at most once.
-				log.Fatal(err)
-			}
-			log.Printf("offset %d applied=%v", rec.Offset, applied)
+			_, err := tx.Exec(ctx, `UPDATE balance SET cents = cents - $1 WHERE customer = $2`, order.TotalCents, order.Customer)
+			return err
+		})
+		var failed *inbox.HandlerError
+		switch {
+		case errors.Is(err, inbox.ErrMissingEventID):
+			// Not a record the inbox can deduplicate (see the package
+			// documentation): fix the producer or Config.Header. Stopping
+			// here keeps its offset uncommitted, never skipped.
+			log.Fatal(err)
+		case errors.As(err, &failed):
+			// Nothing of the poll committed. Restart: the records come
+			// again, from the first, and the inbox applies each at most
+			// once. (A record that can never succeed needs a decision of
+			// its own, such as a dead-letter table.)
+			log.Fatalf("offset %d: %v", failed.Record.Offset, err)
+		case err != nil:
+			// Nothing committed (or, on a commit lost with the connection,
+			// perhaps all of it): restart, as above.
+			log.Fatal(err)
 		}
-		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		log.Printf("%d records, %d applied now", len(recs), count(applied))
+		// Only now, after ProcessBatch's COMMIT.
+		if err := cl.CommitRecords(ctx, recs...); err != nil {
 			log.Fatal(err)
 		}
 	}
+}
+
+func count(applied []bool) (n int) {
+	for _, a := range applied {
+		if a {
+			n++
+		}
+	}
+	return n
 }

@@ -38,7 +38,12 @@ type env struct {
 
 func newEnv(t *testing.T, cfg inbox.Config) env {
 	t.Helper()
-	srv := shared.Server(t)
+	return newEnvOn(t, shared.Server(t), cfg)
+}
+
+// newEnvOn is newEnv in a new database of srv.
+func newEnvOn(t *testing.T, srv *pgtest.Server, cfg inbox.Config) env {
+	t.Helper()
 	dsn := srv.DSN(pgtest.NewDatabase(t, srv))
 	ib, err := inbox.New(cfg)
 	if err != nil {

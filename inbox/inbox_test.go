@@ -204,8 +204,11 @@ func TestConcurrentStress(t *testing.T) {
 }
 
 // TestHandlerErrorRollsBack: a failing handler leaves neither its changes
-// nor the inbox row, the caller's transaction stays usable (a savepoint),
-// and the next delivery applies the event.
+// nor the inbox row, and the next delivery applies the event. Handle used
+// to roll back to a savepoint and leave the caller's transaction usable,
+// which invited committing it (and the poll's offsets) past the failed
+// record, losing it; now the failure aborts the transaction, so the
+// caller's commit commits nothing, its own change included.
 func TestHandlerErrorRollsBack(t *testing.T) {
 	e := newEnv(t, inbox.Config{Consumer: "billing"})
 	conn := connect(t, e.dsn)
@@ -241,13 +244,13 @@ func TestHandlerErrorRollsBack(t *testing.T) {
 		if applied || !f.want(err) || !strings.Contains(err.Error(), `event "e-1" (topic=outbox.event.account partition=3 offset=0): handler`) {
 			t.Fatalf("%s: Handle = %v, %v; want the handler's error naming the event", f.name, applied, err)
 		}
-		// The caller's own change survives the handler's failure.
-		if err := tx.Commit(ctx(t)); err != nil {
-			t.Fatalf("%s: commit after a failed Handle: %v", f.name, err)
+		// The caller cannot commit past the failed record.
+		if err := tx.Commit(ctx(t)); !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("%s: commit after a failed Handle: %v, want pgx.ErrTxCommitRollback", f.name, err)
 		}
 	}
-	if balance, applied := account(t, conn); balance != 2 || applied != 0 {
-		t.Fatalf("balance %d after %d handler commits; want 2 (the caller's updates) after 0", balance, applied)
+	if balance, applied := account(t, conn); balance != 0 || applied != 0 {
+		t.Fatalf("balance %d after %d handler commits; want 0 after 0 (nothing of the failed transactions)", balance, applied)
 	}
 	if n := inboxRows(t, conn, "walbox_inbox", "billing"); n != 0 {
 		t.Fatalf("%d inbox rows after failed handlers, want 0", n)
@@ -256,8 +259,8 @@ func TestHandlerErrorRollsBack(t *testing.T) {
 	if err != nil || !applied {
 		t.Fatalf("redelivery: %v, %v; want applied", applied, err)
 	}
-	if balance, applied := account(t, conn); balance != 102 || applied != 1 {
-		t.Fatalf("balance %d after %d calls, want 102 after 1", balance, applied)
+	if balance, applied := account(t, conn); balance != 100 || applied != 1 {
+		t.Fatalf("balance %d after %d calls, want 100 after 1", balance, applied)
 	}
 }
 

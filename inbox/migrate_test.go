@@ -10,20 +10,22 @@ import (
 	"github.com/walbox/walbox/internal/pgtest"
 )
 
-// TestMigrationFileAsIs: the embedded file, applied as psql would (one
-// simple-protocol string), creates the default table, twice without error,
-// and an Inbox with the defaults works on it.
+// TestMigrationFileAsIs: the embedded files, applied in order as psql would
+// (one simple-protocol string each), create the default table, twice
+// without error, and an Inbox with the defaults works on it.
 func TestMigrationFileAsIs(t *testing.T) {
 	srv := shared.Server(t)
 	dsn := srv.DSN(pgtest.NewDatabase(t, srv))
 	conn := connect(t, dsn)
-	sql, err := inbox.Migrations.ReadFile("migrations/001_inbox.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for range 2 {
-		if _, err := conn.Exec(ctx(t), string(sql)); err != nil {
-			t.Fatal(err)
+		for _, f := range []string{"migrations/001_inbox.sql", "migrations/002_inbox_source.sql"} {
+			sql, err := inbox.Migrations.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(ctx(t), string(sql)); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
 		}
 	}
 	ib, err := inbox.New(inbox.Config{Consumer: "c"})
@@ -82,7 +84,7 @@ func TestMissingTableSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = ib.Process(ctx(t), conn, record("e-1", 0), noop)
-	if err == nil || !containsAll(err.Error(), "inbox public.walbox_inbox", "Migrate or 001_inbox.sql", "does not exist") {
+	if err == nil || !containsAll(err.Error(), "inbox public.walbox_inbox", "Migrate or the files of inbox/migrations", "does not exist") {
 		t.Fatalf("Process on a database without the table: %v", err)
 	}
 }
