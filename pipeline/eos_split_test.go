@@ -110,6 +110,9 @@ func TestEOSSplitsALargePostgresTransaction(t *testing.T) {
 			if !strings.Contains(second.log.String(), "resuming inside a postgres transaction split across kafka transactions") {
 				t.Errorf("no log of the resume inside the split transaction:\n%s", second.log.String())
 			}
+			if problems, err := testutil.GatherAndLint(second.reg); err != nil || len(problems) != 0 {
+				t.Errorf("metrics lint: %v %v", problems, err)
+			}
 		})
 	}
 }
