@@ -28,9 +28,10 @@ import (
 // commit the loop produces, in the same transaction, a record to the state
 // topic keyed by the transactional id that names the commit LSN and end
 // LSN of the last whole Postgres transaction in it (and, after a split,
-// the position inside the next one), and flushes. Only after EndTransaction succeeded may the slot be
-// confirmed past the transaction's first Postgres transaction
-// (eosState.confirmable).
+// the position inside the next one), and flushes. Only after
+// EndTransaction succeeded may the slot be confirmed past the
+// transaction's first Postgres transaction (eosState.confirmable), and
+// never inside a Postgres transaction.
 //
 // A new session (start, reconnect, restart after an abort) first loads the
 // producer id, which fences a predecessor with the same transactional id
