@@ -178,6 +178,10 @@ type Config struct {
 	// transaction in exactly-once mode; > 0. Defaults 10000 and 100ms.
 	TransactionMaxRecords  int
 	TransactionMaxInterval time.Duration
+	// TransactionSplitRecords commits a Kafka transaction inside a
+	// Postgres transaction once it holds this many records; > 0. Default
+	// 1000000.
+	TransactionSplitRecords int
 	// TransactionTimeout is the Kafka transaction timeout in exactly-once
 	// mode, at most the brokers' transaction.max.timeout.ms; > 0.
 	// Default 1m.
@@ -227,11 +231,12 @@ func Defaults() Config {
 		Snapshot:              string(snapshot.ModeNone),
 		HeartbeatInterval:     10 * time.Second,
 
-		Delivery:               p.Delivery,
-		TransactionMaxRecords:  p.TransactionMaxRecords,
-		TransactionMaxInterval: p.TransactionMaxInterval,
-		TransactionTimeout:     p.TransactionTimeout,
-		StateTopic:             p.StateTopic,
+		Delivery:                p.Delivery,
+		TransactionMaxRecords:   p.TransactionMaxRecords,
+		TransactionMaxInterval:  p.TransactionMaxInterval,
+		TransactionSplitRecords: p.TransactionSplitRecords,
+		TransactionTimeout:      p.TransactionTimeout,
+		StateTopic:              p.StateTopic,
 	}
 }
 

@@ -23,6 +23,8 @@ func TestValidateDelivery(t *testing.T) {
 			wantErr: []string{`invalid value " walbox" for --transactional-id (WALBOX_TRANSACTIONAL_ID)`}},
 		{name: "max records zero", mutate: func(c *Config) { c.TransactionMaxRecords = 0 },
 			wantErr: []string{`invalid value "0" for --transaction-max-records (WALBOX_TRANSACTION_MAX_RECORDS)`}},
+		{name: "split records zero", mutate: func(c *Config) { c.TransactionSplitRecords = 0 },
+			wantErr: []string{`invalid value "0" for --transaction-split-records (WALBOX_TRANSACTION_SPLIT_RECORDS)`}},
 		{name: "max interval zero", mutate: func(c *Config) { c.TransactionMaxInterval = 0 },
 			wantErr: []string{`invalid value "0s" for --transaction-max-interval (WALBOX_TRANSACTION_MAX_INTERVAL)`}},
 		{name: "max interval set", mutate: func(c *Config) { c.TransactionMaxInterval = time.Second }},

@@ -215,6 +215,15 @@ var options = []*option{
 		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionMaxRecords = c.TransactionMaxRecords },
 	},
 	{
+		flag: "transaction-split-records", env: "WALBOX_TRANSACTION_SPLIT_RECORDS", yaml: "transaction_split_records", group: groupKafka,
+		help: "With --delivery=exactly-once, commit a Kafka transaction inside a Postgres transaction once it holds this many records " +
+			"(one open for half of --transaction-timeout is committed there too); the position inside the Postgres transaction is recorded, " +
+			"so a restart produces only the rest, and read_committed consumers see that Postgres transaction as several Kafka transactions",
+		value:    intValue(func(c *Config) *int { return &c.TransactionSplitRecords }),
+		check:    func(c *Config) error { return checkPositiveInt(c.TransactionSplitRecords) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionSplitRecords = c.TransactionSplitRecords },
+	},
+	{
 		flag: "transaction-max-interval", env: "WALBOX_TRANSACTION_MAX_INTERVAL", yaml: "transaction_max_interval", group: groupKafka,
 		help:     "With --delivery=exactly-once, commit a Kafka transaction at the first Postgres commit after it has been open this long",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.TransactionMaxInterval }),
@@ -224,7 +233,8 @@ var options = []*option{
 	{
 		flag: "transaction-timeout", env: "WALBOX_TRANSACTION_TIMEOUT", yaml: "transaction_timeout", group: groupKafka,
 		help: "With --delivery=exactly-once, the Kafka transaction timeout: the broker aborts a transaction open longer, and walbox then " +
-			"restarts from the committed position. Raise it above the time the largest Postgres transaction takes to produce; " +
+			"restarts from the committed position. A Kafka transaction open for half of it inside a Postgres transaction is committed there " +
+			"(see --transaction-split-records); " +
 			"at most the brokers' transaction.max.timeout.ms (checked at start)",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.TransactionTimeout }),
 		check:    func(c *Config) error { return checkPositive(c.TransactionTimeout) },

@@ -97,12 +97,21 @@ func killedItself(p *proc) (bool, string) {
 // transactions, showing that the kills did leave aborted data behind and
 // that read_committed consumers never saw it.
 func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
+	// The short run kills six times: each hook phase once, three at random.
+	exactlyOnceSIGKILLs(t, "walbox-state.eos-kill", nil, fulltest.Pick(6, 120))
+}
+
+// exactlyOnceSIGKILLs is TestExactlyOnceSurvivesSIGKILLs with extraEnv
+// added to walbox's environment and kills kills; it returns every
+// process's log, the last one's included.
+func exactlyOnceSIGKILLs(t *testing.T, stateTopic string, extraEnv []string, kills int) []string {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	broker := kafkatest.Start(t)
 	f := newFixture(t, broker.Addrs())
-	f.env = append(f.env, eosEnv("walbox-state.eos-kill", 100*time.Millisecond)...)
+	f.env = append(f.env, eosEnv(stateTopic, 100*time.Millisecond)...)
+	f.env = append(f.env, extraEnv...)
 
 	seed := rand.Uint64()
 	t.Logf("seed %d (writer and kill timing)", seed)
@@ -113,8 +122,6 @@ func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 
 	// maxDelay spans a process's whole cycle: start, Postgres and Kafka
 	// setup, the state topic read, and several transactions.
-	// The short run kills six times: each hook phase once, three at random.
-	kills := fulltest.Pick(6, 120)
 	const maxDelay = 2500 * time.Millisecond
 	rng := rand.New(rand.NewPCG(seed, 11))
 	counts := map[string]int{}
@@ -199,8 +206,10 @@ func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 	// Kafka: some successor must have skipped what the state topic showed
 	// committed, or the run never tested that path.
 	skipped := 0
+	var logs []string
 	for _, q := range append(procs, p) {
-		if strings.Contains(q.stderr.String(), eosSkipLog) {
+		logs = append(logs, q.stderr.String())
+		if strings.Contains(logs[len(logs)-1], eosSkipLog) {
 			skipped++
 		}
 	}
@@ -208,6 +217,7 @@ func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 	if skipped == 0 {
 		t.Errorf("no process logged %q: the kills between commit and confirm never made a successor skip", eosSkipLog)
 	}
+	return logs
 }
 
 // delaySpread describes the random kill delays: how many fell in each

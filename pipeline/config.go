@@ -104,19 +104,27 @@ type Config struct {
 	TransactionalID string
 	// TransactionMaxRecords and TransactionMaxInterval bound a Kafka
 	// transaction (10000 records, 100ms): it is committed at the first
-	// Postgres transaction boundary after either is reached. A Postgres
-	// transaction is never split, so a larger one is a Kafka transaction of
-	// its own, held in memory no more than the in-flight limits allow.
+	// Postgres transaction boundary after either is reached. A larger
+	// Postgres transaction is a Kafka transaction of its own, unless
+	// TransactionSplitRecords or the transaction timeout split it.
 	TransactionMaxRecords  int
 	TransactionMaxInterval time.Duration
+	// TransactionSplitRecords (1,000,000) commits a Kafka transaction
+	// inside a Postgres transaction once it holds this many records; one
+	// open for half of TransactionTimeout is committed there too, so that
+	// the broker never aborts it for its age. Each such commit records the
+	// position inside the Postgres transaction (eos_split.go): a restart
+	// produces only the rest of it. read_committed consumers then see the
+	// Postgres transaction as several Kafka transactions.
+	TransactionSplitRecords int
 	// TransactionTimeout is the Kafka transaction timeout (1m): the broker
 	// aborts a transaction open longer. It must be the transactional
 	// client's (KafkaConfig.TransactionTimeout) and at most the brokers'
 	// transaction.max.timeout.ms (CheckTransactionTimeout). A transaction
 	// the broker aborted for its age makes the relay restart the session
-	// from the committed position, not stop as fenced; a Postgres
-	// transaction that takes longer than this to produce is aborted on
-	// every attempt, so raise it above the longest one.
+	// from the committed position, not stop as fenced. A Postgres
+	// transaction that takes longer than half of it to produce is split
+	// (TransactionSplitRecords), so that no Kafka transaction reaches it.
 	TransactionTimeout time.Duration
 	// StateTopic is the compacted topic the committed positions go to
 	// ("walbox.state"); State reads it (a KafkaState on this topic).
@@ -171,11 +179,12 @@ func DefaultConfig() Config {
 		BackoffMin:         500 * time.Millisecond,
 		BackoffMax:         30 * time.Second,
 
-		Delivery:               DeliveryAtLeastOnce,
-		TransactionMaxRecords:  10000,
-		TransactionMaxInterval: 100 * time.Millisecond,
-		TransactionTimeout:     DefaultTransactionTimeout,
-		StateTopic:             "walbox.state",
+		Delivery:                DeliveryAtLeastOnce,
+		TransactionMaxRecords:   10000,
+		TransactionMaxInterval:  100 * time.Millisecond,
+		TransactionSplitRecords: 1_000_000,
+		TransactionTimeout:      DefaultTransactionTimeout,
+		StateTopic:              "walbox.state",
 	}
 }
 
@@ -195,6 +204,7 @@ func (c *Config) setDefaults() {
 	}
 	positiveOr(&c.TransactionMaxRecords, d.TransactionMaxRecords)
 	positiveOr(&c.TransactionMaxInterval, d.TransactionMaxInterval)
+	positiveOr(&c.TransactionSplitRecords, d.TransactionSplitRecords)
 	positiveOr(&c.TransactionTimeout, d.TransactionTimeout)
 	if c.StateTopic == "" {
 		c.StateTopic = d.StateTopic
@@ -249,6 +259,9 @@ func (c Config) validateDelivery() []error {
 	}
 	if c.TransactionMaxRecords < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: transaction max records %d is negative", c.TransactionMaxRecords))
+	}
+	if c.TransactionSplitRecords < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: transaction split records %d is negative", c.TransactionSplitRecords))
 	}
 	if c.TransactionMaxInterval < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: transaction max interval %s is negative", c.TransactionMaxInterval))

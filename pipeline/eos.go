@@ -109,13 +109,49 @@ type TxnProducer interface {
 var _ TxnProducer = (*kgo.Client)(nil)
 
 // StatePosition is what one committed Kafka transaction covers: the commit
-// LSN and end LSN of the last Postgres transaction in it, and the database
-// history they belong to (History.Known is false in records written by a
-// walbox that did not record it).
+// LSN and end LSN of the last whole Postgres transaction in it, the part of
+// the Postgres transaction it ended inside (Split, when a Postgres
+// transaction too large for one Kafka transaction was split), and the
+// database history they belong to (History.Known is false in records
+// written by a walbox that did not record it).
 type StatePosition struct {
 	CommitLSN pglogrepl.LSN
 	EndLSN    pglogrepl.LSN
-	History   History
+	// Split is the committed prefix of the Postgres transaction after
+	// EndLSN, zero when the Kafka transaction ended at a Postgres commit.
+	Split   SplitPosition
+	History History
+}
+
+// SplitPosition is a position inside one Postgres transaction: its first
+// Changes changes and messages (routed or not, counted as replayKey.ord
+// counts them) are committed in Kafka. Decoding the transaction again
+// yields the same changes in the same order, so the count names the same
+// prefix on every replay.
+type SplitPosition struct {
+	CommitLSN pglogrepl.LSN
+	Changes   uint32
+}
+
+// IsZero reports whether s names no position.
+func (s SplitPosition) IsZero() bool { return s.CommitLSN == 0 }
+
+// covers reports whether the change of key is in the committed prefix.
+func (s SplitPosition) covers(key replayKey) bool {
+	return !s.IsZero() && key.ord != nonTransactional && key.commit == s.CommitLSN && key.ord < s.Changes
+}
+
+// after reports whether p is further in the stream than q. A split
+// position's EndLSN is the end of the last whole Postgres transaction
+// before its split one, so positions order by EndLSN, then by the split.
+func (p StatePosition) after(q StatePosition) bool {
+	if p.EndLSN != q.EndLSN {
+		return p.EndLSN > q.EndLSN
+	}
+	if p.Split.CommitLSN != q.Split.CommitLSN {
+		return p.Split.CommitLSN > q.Split.CommitLSN
+	}
+	return p.Split.Changes > q.Split.Changes
 }
 
 // StateStore reads the state topic. Implementations must be safe for
@@ -135,7 +171,12 @@ type StateStore interface {
 
 // stateValue is the JSON value of a state record. SystemID, Timeline and
 // Database are absent from records of walboxes before they were recorded;
-// such records are still read (resumeFrom).
+// such records are still read (resumeFrom). SplitCommitLSN and
+// SplitChanges are absent unless the Kafka transaction ended inside a
+// Postgres transaction; a walbox that does not know them reads commit_lsn
+// and end_lsn only, which name the last whole Postgres transaction: it
+// produces the split one again from its start (duplicates of the committed
+// prefix, nothing lost).
 type stateValue struct {
 	Slot      string `json:"slot"`
 	CommitLSN string `json:"commit_lsn"`
@@ -145,12 +186,21 @@ type stateValue struct {
 	SystemID string `json:"system_id,omitempty"`
 	Timeline int32  `json:"timeline,omitempty"`
 	Database string `json:"database,omitempty"`
+	// SplitCommitLSN is the commit LSN of the Postgres transaction the
+	// Kafka transaction ended inside; its first SplitChanges changes are
+	// committed.
+	SplitCommitLSN string `json:"split_commit_lsn,omitempty"`
+	SplitChanges   uint32 `json:"split_changes,omitempty"`
 }
 
 func encodeState(p StatePosition, records int) []byte {
 	h := p.History
-	b, _ := json.Marshal(stateValue{Slot: h.Slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records,
-		SystemID: h.SystemID, Timeline: h.Timeline, Database: h.Database})
+	v := stateValue{Slot: h.Slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records,
+		SystemID: h.SystemID, Timeline: h.Timeline, Database: h.Database}
+	if !p.Split.IsZero() {
+		v.SplitCommitLSN, v.SplitChanges = p.Split.CommitLSN.String(), p.Split.Changes
+	}
+	b, _ := json.Marshal(v)
 	return b
 }
 
@@ -167,8 +217,19 @@ func decodeState(b []byte) (StatePosition, error) {
 	if err != nil {
 		return StatePosition{}, fmt.Errorf("end_lsn: %w", err)
 	}
-	return StatePosition{CommitLSN: c, EndLSN: e,
-		History: History{SystemID: v.SystemID, Timeline: v.Timeline, Database: v.Database, Slot: v.Slot}}, nil
+	pos := StatePosition{CommitLSN: c, EndLSN: e,
+		History: History{SystemID: v.SystemID, Timeline: v.Timeline, Database: v.Database, Slot: v.Slot}}
+	if v.SplitCommitLSN != "" {
+		sc, err := pglogrepl.ParseLSN(v.SplitCommitLSN)
+		if err != nil {
+			return StatePosition{}, fmt.Errorf("split_commit_lsn: %w", err)
+		}
+		if sc < e {
+			return StatePosition{}, fmt.Errorf("split_commit_lsn %s is before end_lsn %s", sc, e)
+		}
+		pos.Split = SplitPosition{CommitLSN: sc, Changes: v.SplitChanges}
+	}
+	return pos, nil
 }
 
 // KafkaState is the StateStore walbox runs with: a compacted topic with one

@@ -20,15 +20,18 @@ import (
 // Exactly-once delivery (Config.Delivery = DeliveryExactlyOnce).
 //
 // The loop produces into a Kafka transaction that it begins with the first
-// record after a commit. Whole Postgres transactions go into it, never part
-// of one: it is committed only between two Postgres transactions, once it
-// holds TransactionMaxRecords records or has been open for
-// TransactionMaxInterval. Before the commit the loop produces, in the same
-// transaction, a record to the state topic keyed by the transactional id
-// that names the commit LSN and end LSN of the last Postgres transaction in
-// it, and flushes. Only after EndTransaction succeeded may the slot be
-// confirmed past the transaction's first Postgres transaction
-// (eosState.confirmable).
+// record after a commit. It is committed between two Postgres
+// transactions, once it holds TransactionMaxRecords records or has been
+// open for TransactionMaxInterval; only a Postgres transaction too large
+// for one Kafka transaction (TransactionSplitRecords records, or half the
+// transaction timeout) is split across several (eos_split.go). Before the
+// commit the loop produces, in the same transaction, a record to the state
+// topic keyed by the transactional id that names the commit LSN and end
+// LSN of the last whole Postgres transaction in it (and, after a split,
+// the position inside the next one), and flushes. Only after
+// EndTransaction succeeded may the slot be confirmed past the
+// transaction's first Postgres transaction (eosState.confirmable), and
+// never inside a Postgres transaction.
 //
 // A new session (start, reconnect, restart after an abort) first loads the
 // producer id, which fences a predecessor with the same transactional id
@@ -66,8 +69,10 @@ type eosState struct {
 	txnID       string
 	maxRecords  int
 	maxInterval time.Duration
-	phase       func(string)
-	m           *eosMetrics
+	// splitRecords is Config.TransactionSplitRecords (eos_split.go).
+	splitRecords int
+	phase        func(string)
+	m            *eosMetrics
 
 	// timeout is the transaction timeout (Config.TransactionTimeout).
 	timeout time.Duration
@@ -90,6 +95,10 @@ type eosState struct {
 	// unitRecords those of the Postgres transaction still being received.
 	records     int
 	unitRecords int
+	// unitKey is the key of the last record produced (or queued) of the
+	// Postgres transaction being received: a split commit covers its
+	// changes up to it.
+	unitKey replayKey
 	// full is set when the open transaction reached maxRecords.
 	full bool
 	// covered is the position of the last complete Postgres transaction in
@@ -106,6 +115,14 @@ type eosState struct {
 	// committed: every unit that ends at or before it is in Kafka already
 	// (unitCovered).
 	skipEnd pglogrepl.LSN
+	// skipSplit is the prefix of a Postgres transaction after skipEnd
+	// that the state topic shows committed (a split): its changes are
+	// skipped too.
+	skipSplit SplitPosition
+	// base is the last whole position committed: what a split commit
+	// records as its end when its Kafka transaction holds no whole
+	// Postgres transaction.
+	base StatePosition
 	// server is the history of the server this session streams from;
 	// positions are committed with it and checked against it.
 	server serverHistory
@@ -136,15 +153,16 @@ type eosState struct {
 
 func newEOSState(cfg Config, txp TxnProducer, reg prometheus.Registerer) *eosState {
 	return &eosState{
-		txp:         txp,
-		state:       cfg.State,
-		txnID:       cfg.transactionalID(),
-		maxRecords:  cfg.TransactionMaxRecords,
-		maxInterval: cfg.TransactionMaxInterval,
-		timeout:     cfg.TransactionTimeout,
-		phase:       cfg.TxnPhase,
-		m:           newEOSMetrics(reg),
-		divert:      map[replayKey]error{},
+		txp:          txp,
+		state:        cfg.State,
+		txnID:        cfg.transactionalID(),
+		maxRecords:   cfg.TransactionMaxRecords,
+		maxInterval:  cfg.TransactionMaxInterval,
+		splitRecords: cfg.TransactionSplitRecords,
+		timeout:      cfg.TransactionTimeout,
+		phase:        cfg.TxnPhase,
+		m:            newEOSMetrics(reg),
+		divert:       map[replayKey]error{},
 	}
 }
 
@@ -166,7 +184,7 @@ func (e *eosState) timeoutAbort(err error) error {
 	if errors.Is(err, errTimedOut) {
 		return err
 	}
-	return fmt.Errorf("%w: the kafka transaction of %q was open %s, at least the transaction timeout (%s), so the broker aborted it: %w; the session restarts from the committed position. If a Kafka stall caused it, nothing is to be done; if a Postgres transaction takes that long to produce, raise --transaction-timeout (at most the brokers' transaction.max.timeout.ms)",
+	return fmt.Errorf("%w: the kafka transaction of %q was open %s, at least the transaction timeout (%s), so the broker aborted it: %w; the session restarts from the committed position. A Postgres transaction is committed in parts before half the timeout (--transaction-split-records), so a Kafka stall or a slow flush caused it: if it repeats, raise --transaction-timeout (at most the brokers' transaction.max.timeout.ms)",
 		errTimedOut, e.txnID, time.Since(time.Unix(0, e.txnStart.Load())).Round(time.Millisecond), e.timeout, err)
 }
 
@@ -215,12 +233,13 @@ func (e *eosState) addDivert(k replayKey, err error) {
 	e.divertMu.Unlock()
 }
 
-// forgetDiverted drops the diverted keys of the units a commit covered, the
-// commit's position ending at end.
-func (e *eosState) forgetDiverted(end pglogrepl.LSN) {
+// forgetDiverted drops the diverted keys of the changes a commit covered,
+// the commit's position being pos: the units ending at or before its end,
+// and the split prefix.
+func (e *eosState) forgetDiverted(pos StatePosition) {
 	e.divertMu.Lock()
 	for k := range e.divert {
-		if unitCovered(k, end) {
+		if unitCovered(k, pos.EndLSN) || pos.Split.covers(k) {
 			delete(e.divert, k)
 		}
 	}
@@ -232,6 +251,7 @@ var errTimedOut = errors.New("kafka transaction timed out")
 
 type eosMetrics struct {
 	timeouts   prometheus.Counter
+	splits     prometheus.Counter
 	committed  prometheus.Counter
 	aborted    prometheus.Counter
 	records    prometheus.Histogram
@@ -250,6 +270,10 @@ func newEOSMetrics(reg prometheus.Registerer) *eosMetrics {
 		timeouts: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_kafka_transaction_timeouts_total",
 			Help: "Kafka transactions the broker aborted because they were open longer than the transaction timeout (--transaction-timeout); each restarts the session from the committed position.",
+		}),
+		splits: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_kafka_transaction_splits_total",
+			Help: "Kafka transactions committed inside a Postgres transaction too large for one (--transaction-split-records, or half of --transaction-timeout): read_committed consumers see that Postgres transaction in several parts.",
 		}),
 		committed: txns.WithLabelValues("committed"),
 		aborted:   txns.WithLabelValues("aborted"),
@@ -297,7 +321,7 @@ func unitCovered(key replayKey, end pglogrepl.LSN) bool {
 // eosSkips reports whether the unit of key (a change's transaction, or a
 // non-transactional message) is in Kafka already.
 func (l *loop) eosSkips(key replayKey) bool {
-	return l.eos != nil && unitCovered(key, l.eos.skipEnd)
+	return l.eos != nil && (unitCovered(key, l.eos.skipEnd) || l.eos.skipSplit.covers(key))
 }
 
 // eosStartSession runs before a session streams: it aborts a transaction a
@@ -333,7 +357,7 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
-	if e.lastCommitted.EndLSN > pos.EndLSN {
+	if e.lastCommitted.after(pos) {
 		// Never older than what this process committed itself, whatever
 		// the read saw (a compaction race, a lagging replica).
 		pos = e.lastCommitted
@@ -346,11 +370,30 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 		}
 		return err
 	}
-	if warning != "" {
-		r.log.Warn(warning, "transactional_id", e.txnID, "state_topic", e.state.Topic(),
-			"state_history", pos.History.String(), "server_history", e.server.History.String())
+	split, swarning, err := resumeSplit(pos, e.server, skipEnd)
+	if err != nil {
+		var hm *HistoryMismatchError
+		if errors.As(err, &hm) {
+			hm.TransactionalID, hm.StateTopic = e.txnID, e.state.Topic()
+		}
+		return err
 	}
-	e.skipEnd = skipEnd
+	for _, w := range []string{warning, swarning} {
+		if w != "" {
+			r.log.Warn(w, "transactional_id", e.txnID, "state_topic", e.state.Topic(),
+				"state_history", pos.History.String(), "server_history", e.server.History.String())
+		}
+	}
+	e.skipEnd, e.skipSplit = skipEnd, split
+	e.base = StatePosition{CommitLSN: pos.CommitLSN, EndLSN: skipEnd}
+	if skipEnd != pos.EndLSN {
+		// Only up to a timeline switch point is in this history.
+		e.base.CommitLSN = skipEnd
+	}
+	if !split.IsZero() {
+		r.log.Info("exactly-once: resuming inside a postgres transaction split across kafka transactions: its first changes are committed in Kafka and are skipped",
+			"transactional_id", e.txnID, "commit_lsn", split.CommitLSN.String(), "changes", split.Changes)
+	}
 	e.skipped = 0
 	e.dirty = false
 	if pos.CommitLSN != 0 {
@@ -424,7 +467,7 @@ func (r *Relay) eosAbortTxn(ctx context.Context) error {
 	e.dirty = true
 	wasOpen := e.open || e.begun
 	e.open, e.full = false, false
-	e.records, e.unitRecords, e.covered = 0, 0, StatePosition{}
+	e.records, e.unitRecords, e.covered, e.unitKey = 0, 0, StatePosition{}, replayKey{}
 	if e.begun {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 		defer cancel()
@@ -502,6 +545,9 @@ func (l *loop) eosProduce(rec *kgo.Record) bool {
 	}
 	e.records++
 	e.unitRecords++
+	if m, ok := rec.Context.(*inflightRecord); ok && m.key.ord != nonTransactional {
+		e.unitKey = m.key
+	}
 	if e.committing != nil {
 		e.queue = append(e.queue, rec)
 		return false
@@ -532,6 +578,10 @@ func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
 		return
 	}
 	e.unitRecords = 0
+	e.unitKey = replayKey{}
+	if !e.skipSplit.IsZero() && key.ord != nonTransactional && commit >= e.skipSplit.CommitLSN {
+		e.skipSplit = SplitPosition{} // the split transaction is past
+	}
 	if !e.open {
 		return
 	}
@@ -542,11 +592,15 @@ func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
 }
 
 // eosCommitDue reports when the open transaction must be committed by
-// time, the zero time if it need not be (or cannot be yet).
+// time, the zero time if it need not be (or cannot be yet). Inside a
+// Postgres transaction only a split is due (eosSplitDue).
 func (l *loop) eosCommitDue() time.Time {
 	e := l.eos
-	if e == nil || !e.open || e.committing != nil || e.unitRecords > 0 || e.covered.EndLSN == 0 {
+	if e == nil || !e.open || e.committing != nil {
 		return time.Time{}
+	}
+	if e.unitRecords > 0 || e.covered.EndLSN == 0 {
+		return l.eosSplitDue()
 	}
 	if e.full {
 		return e.began // due now
@@ -594,6 +648,7 @@ func (l *loop) eosTick(ctx context.Context) error {
 func (l *loop) eosStartCommit(ctx context.Context) {
 	e := l.eos
 	c := &pendingCommit{done: make(chan error, 1), covered: e.covered, records: e.records, start: time.Now()}
+	l.eosSplitPosition(c)
 	c.covered.History = e.server.History
 	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, c.covered, c.records), l.eosStatePromise)
 	e.committing = c
@@ -666,10 +721,15 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	e.m.commitTime.Observe(time.Since(c.start).Seconds())
 	e.m.records.Observe(float64(c.records))
 	e.m.stateLSN.Set(float64(c.covered.CommitLSN))
+	if !c.covered.Split.IsZero() {
+		e.m.splits.Inc()
+	}
 	e.lastCommitted = c.covered
-	e.forgetDiverted(c.covered.EndLSN)
-	// Everything before the end of the last Postgres transaction it covers
-	// is in Kafka now, or was never routed.
+	e.base = StatePosition{CommitLSN: c.covered.CommitLSN, EndLSN: c.covered.EndLSN}
+	e.forgetDiverted(c.covered)
+	// Everything before the end of the last whole Postgres transaction it
+	// covers is in Kafka now, or was never routed; never a position inside
+	// a split one.
 	e.safe = max(e.safe, c.covered.EndLSN)
 	if l.conn == nil {
 		// Unit tests drive the loop without a replication connection.

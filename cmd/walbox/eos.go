@@ -49,7 +49,7 @@ func exactlyOnce(ctx context.Context, cfg config.Config, kc pipeline.KafkaConfig
 	}
 	if err != nil {
 		log.Warn("could not read the brokers' transaction.max.timeout.ms to check --transaction-timeout against it", "err", err,
-			"transaction_timeout", cfg.TransactionTimeout.String())
+			"transaction_split_records", cfg.TransactionSplitRecords, "transaction_timeout", cfg.TransactionTimeout.String())
 	}
 	kc.TransactionalID = pcfg.TransactionalIDOrDefault()
 	kc.TransactionTimeout = cfg.TransactionTimeout
@@ -78,7 +78,7 @@ func exactlyOnce(ctx context.Context, cfg config.Config, kc pipeline.KafkaConfig
 	pcfg.TxnPhase = hook
 	log.Info("exactly-once delivery", "transactional_id", kc.TransactionalID, "state_topic", cfg.StateTopic,
 		"transaction_max_records", cfg.TransactionMaxRecords, "transaction_max_interval", cfg.TransactionMaxInterval.String(),
-		"transaction_timeout", cfg.TransactionTimeout.String())
+		"transaction_split_records", cfg.TransactionSplitRecords, "transaction_timeout", cfg.TransactionTimeout.String())
 	return cl, func() { current.Load().Close() }, nil
 }
 
