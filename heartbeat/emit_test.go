@@ -21,7 +21,7 @@ func (f fakeConn) Exec(_ context.Context, sql string, args ...any) (pgconn.Comma
 	return pgconn.CommandTag{}, f.exec(sql, args)
 }
 func (fakeConn) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{} }
-func (fakeConn) IsClosed() bool                                 { return false }
+func (fakeConn) IsClosed() bool                                   { return false }
 
 type errRow struct{}
 
