@@ -69,8 +69,14 @@ type Config struct {
 	// adds __debezium.context.* headers to every record.
 	ExtendedHeaders bool
 	LogicalName     string // topic.prefix (required by Debezium)
-	ConnectorName   string // name (not a header: __debezium.context.connectorName is the plugin name)
-	TaskID          string // "0": the Postgres connector runs one task
+	// TopicDelimiter is topic.delimiter ("."): Debezium's topic naming
+	// strategy joins topic.prefix, schema and table with it into the
+	// change event's topic name, which also prefixes the record schemas'
+	// names (the "<prefix>.<schema>.<table>.Value" of the value schema).
+	// "" means ".".
+	TopicDelimiter string
+	ConnectorName  string // name (not a header: __debezium.context.connectorName is the plugin name)
+	TaskID         string // "0": the Postgres connector runs one task
 
 	KeyConverter   ConverterConfig // key.converter
 	ValueConverter ConverterConfig // value.converter

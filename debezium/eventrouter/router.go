@@ -57,7 +57,7 @@ type Router struct {
 type binding struct {
 	rel *decoder.Relation
 	// afterName is the Debezium "after" struct's schema name,
-	// "<topic.prefix>.<schema>.<table>.Value".
+	// "<topic.prefix>.<schema>.<table>.Value" (recordSchemaPrefix).
 	afterName                     string
 	schemas                       []*schema // per column; nil when the type is not converted
 	typeErrs                      []error   // per column, why schemas[i] is nil
@@ -227,7 +227,7 @@ func (r *Router) bind(rel *decoder.Relation) *binding {
 	}
 	b := &binding{
 		rel:       rel,
-		afterName: r.cfg.LogicalName + "." + rel.Namespace + "." + rel.Name + ".Value",
+		afterName: recordSchemaPrefix(r.cfg, rel) + ".Value",
 		schemas:   make([]*schema, len(rel.Columns)),
 		typeErrs:  make([]error, len(rel.Columns)),
 		id:        rel.ColumnIndex(r.cfg.EventIDColumn),
