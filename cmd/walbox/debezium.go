@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -132,5 +133,13 @@ func (d *debeziumMode) router(ctx context.Context, cfg config.Config, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	return eventrouter.New(d.routerConfig(cfg, cols))
+	rc := d.routerConfig(cfg, cols)
+	// Read again on every Relation message, as Debezium refreshes its
+	// table schema: an ALTER TABLE while walbox runs changes the records.
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return nil, err
+	}
+	rc.ReloadColumns = eventrouter.NewCatalogLoader(cc, 30*time.Second).Load
+	return eventrouter.New(rc)
 }
