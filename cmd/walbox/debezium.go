@@ -41,7 +41,7 @@ func newDebeziumMode(cfg config.Config, log *slog.Logger) (*debeziumMode, error)
 		log.Warn("an explicit option overrides the Debezium configuration", "override", o)
 	}
 	for _, w := range tr.Warnings {
-		log.Warn("a Debezium setting is not applied; it has no effect on the records", "key", w.Key, "where", w.Where, "why", w.Why)
+		log.Warn("a Debezium setting is not applied as Debezium applies it (why says what walbox does)", "key", w.Key, "where", w.Where, "why", w.Why)
 	}
 	log.Info("Debezium mode", "config", cfg.DebeziumConfig, "connector", tr.Router.ConnectorName, "topic_prefix", tr.Router.LogicalName,
 		"tables", cfg.Table, "publication_autocreate_mode", tr.AutocreateMode,
