@@ -301,7 +301,7 @@ func (m *Monitor) observeRecovery(recovery bool) {
 		m.blindSince = time.Now()
 		m.log.Warn("heartbeat: the server is a hot standby (in recovery), so no heartbeat can be emitted and walbox_heartbeat_lag_seconds now counts the time since then instead of a round trip; "+
 			"point walbox at the primary, or set --heartbeat-interval=0 where walbox decodes from a standby on purpose",
-			"slot", m.slot, "host", m.cc.Host)
+			"slot", m.slot)
 		return
 	}
 	m.blindSince = time.Time{}
