@@ -75,6 +75,10 @@ type Config struct {
 	// MetricsAddr is the host:port the Prometheus endpoint listens on;
 	// "" disables it. Default "127.0.0.1:9187".
 	MetricsAddr string
+	// PGOrigin is pgoutput's origin parameter: "any" (default) or "none"
+	// (PostgreSQL 16+), which leaves out changes replicated from another
+	// server.
+	PGOrigin string
 	// StatusInterval is how often the confirmed position is reported to
 	// Postgres; > 0. Default 1s.
 	StatusInterval time.Duration
@@ -214,6 +218,7 @@ func Defaults() Config {
 		Columns:               router.DefaultColumns(),
 		InvalidRows:           InvalidRowsFail,
 		MetricsAddr:           "127.0.0.1:9187",
+		PGOrigin:              pipeline.OriginAny,
 		StatusInterval:        p.StatusInterval,
 		PGReceiveTimeout:      p.ReceiveTimeout,
 		SlotBusyTimeout:       p.SlotBusyTimeout,

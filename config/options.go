@@ -118,6 +118,13 @@ var options = []*option{
 		pipeline: func(c *Config, p *pipeline.Config) { p.Slot = c.Slot },
 	},
 	{
+		flag: "pg-origin", env: "WALBOX_PG_ORIGIN", yaml: "pg_origin", group: groupPostgres,
+		help: "any streams every change; none has the server leave out changes applied by logical replication from another server " +
+			"(they carry a replication origin), as in a bidirectional setup: pgoutput's origin parameter, PostgreSQL 16+",
+		value:    enumValue("ORIGIN", func(c *Config) *string { return &c.PGOrigin }, pipeline.Origins...),
+		pipeline: func(c *Config, p *pipeline.Config) { p.Origin = c.PGOrigin },
+	},
+	{
 		flag: "status-interval", env: "WALBOX_STATUS_INTERVAL", yaml: "status_interval", group: groupPostgres,
 		help:     "How often the confirmed position is reported to Postgres; keep it well below wal_sender_timeout",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.StatusInterval }),

@@ -93,7 +93,7 @@ func TestEveryFieldHasAnOption(t *testing.T) {
 		"SIZE": "7KiB", "N": "7", "TEMPLATE": "other", "MODE": "dead-letter", "ADDR": ":7",
 		"LEVEL": "debug", "FORMAT": "text", "BOOL": "true",
 		"SQL": "sent_at IS NULL", "COLUMNS": "created_at,id",
-		"FILE": "/other", "SECRET": "other", "MECHANISM": "PLAIN",
+		"FILE": "/other", "SECRET": "other", "MECHANISM": "PLAIN", "ORIGIN": "none",
 	}
 	changed := map[string]string{} // field -> flag
 	base := Defaults()

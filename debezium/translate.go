@@ -70,8 +70,9 @@ type Translation struct {
 	AutocreateMode string
 	// Mappings lists every key read, in file order (connector, then worker).
 	Mappings []Mapping
-	// Warnings are keys accepted although walbox does not apply them,
-	// because they have no effect on the records (each says why).
+	// Warnings are keys accepted although walbox does not apply them as
+	// Debezium does: most have no effect on the records; each says why,
+	// and what walbox does instead.
 	Warnings []Problem
 	// OffsetsFile and OffsetsTopic are the worker's
 	// offset.storage.file.filename and offset.storage.topic, for walbox

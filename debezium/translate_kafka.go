@@ -4,6 +4,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -197,6 +198,12 @@ func (t *translator) security(take func(k string) (*Properties, string, string, 
 			t.setOption("kafka-sasl-password", opts["password"], key)
 			t.mapped(p, key, "--kafka-sasl-username / --kafka-sasl-password", "")
 		case strings.HasSuffix(m[1], "IAMLoginModule"):
+			if unsupported := iamOptionsUnsupported(opts); len(unsupported) > 0 {
+				t.fail(p, key, "walbox signs AWS_MSK_IAM with the credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN only: "+
+					"it does not assume a role or read a profile, so the login module's "+strings.Join(unsupported, ", ")+" would be ignored",
+					"remove them and give walbox that role's or profile's credentials in those variables (for a role: aws sts assume-role, or the platform's credentials for the pod)")
+				break
+			}
 			t.mapped(p, key, "(AWS_MSK_IAM)", "credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN")
 		case strings.HasSuffix(m[1], "OAuthBearerLoginModule"):
 			t.fail(p, key, "walbox reads the OAUTHBEARER token from a file, it does not fetch it", "remove it and set --kafka-sasl-oauth-token-file")
@@ -270,4 +277,20 @@ func defaultStr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// iamOptionsUnsupported returns, sorted, the options of the AWS MSK IAM
+// login module walbox would not apply: all but awsDebugCreds, which only
+// logs the caller's identity. awsRoleArn, awsProfileName and the other
+// role and STS options choose other credentials than the environment's;
+// dropping them silently would sign as someone else, or fail.
+func iamOptionsUnsupported(opts map[string]string) []string {
+	var out []string
+	for k := range opts {
+		if k != "awsDebugCreds" {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

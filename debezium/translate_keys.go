@@ -2,6 +2,7 @@ package debezium
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -13,9 +14,7 @@ var connectorNoEffect = map[string]string{
 	"max.batch.size":                      "Debezium's queue batch; walbox bounds what is in flight with --max-inflight-records",
 	"max.queue.size":                      "Debezium's queue size; walbox bounds what is in flight with --max-inflight-records",
 	"max.queue.size.in.bytes":             "Debezium's queue size; walbox bounds what is in flight with --max-inflight-bytes",
-	"heartbeat.interval.ms":               "Debezium's heartbeat records; walbox keeps the slot moving with its own heartbeat (--heartbeat-interval), which writes no records",
 	"topic.heartbeat.prefix":              "names Debezium's heartbeat topic; walbox writes no heartbeat records",
-	"slot.stream.params":                  "walbox sets pgoutput's parameters itself",
 	"slot.max.retries":                    "walbox retries with --reconnect-backoff-min/max",
 	"slot.retry.delay.ms":                 "walbox retries with --reconnect-backoff-min/max",
 	"retriable.restart.connector.wait.ms": "walbox retries with --reconnect-backoff-min/max",
@@ -30,8 +29,6 @@ var connectorNoEffect = map[string]string{
 	"table.ignore.builtin":                "walbox streams only the outbox tables",
 	"unavailable.value.placeholder":       "the outbox tables receive inserts only, which carry every value",
 	"custom.metric.tags":                  "Debezium's JMX metrics; walbox exports Prometheus metrics",
-	"topic.naming.strategy":               "names topics of change events, which the EventRouter re-routes",
-	"topic.delimiter":                     "names topics of change events, which the EventRouter re-routes",
 	"topic.cache.size":                    "a cache of topic names",
 	"errors.log.enable":                   "Connect's error log; walbox logs every error",
 	"errors.log.include.messages":         "Connect's error log; walbox logs every error",
@@ -90,6 +87,32 @@ func (t *translator) knownConnectorKeys() {
 			continue
 		}
 		switch {
+		case e.Key == "slot.stream.params":
+			t.slotStreamParams(c, v)
+		case e.Key == "topic.naming.strategy":
+			switch v {
+			case schemaTopicNamingStrategy, "":
+				t.used[c][e.Key] = true
+				t.mapped(c, e.Key, "(default)", "the Postgres connector's default: topic.prefix, schema and table joined by topic.delimiter, which also names the record schemas")
+			default:
+				t.fail(c, e.Key, "walbox names record schemas as "+schemaTopicNamingStrategy+" (the Postgres connector's default) does, not as "+v,
+					"remove it, or stay on Debezium: the strategy also names the schemas in the records (with JsonConverter and schemas.enable=true)")
+			}
+		case e.Key == "topic.delimiter":
+			t.used[c][e.Key] = true
+			t.out.Router.TopicDelimiter = e.Value
+			t.mapped(c, e.Key, "eventrouter.TopicDelimiter", "joins topic.prefix, schema and table in the record schemas' names")
+		case e.Key == "heartbeat.interval.ms":
+			t.heartbeatInterval(c, v)
+		case e.Key == "errors.max.retries":
+			t.used[c][e.Key] = true
+			if n, err := strconv.Atoi(v); err != nil || n < -1 {
+				t.fail(c, e.Key, "not a number of retries", "give -1 (no limit, Debezium's default), 0 or a positive number")
+			} else if n == -1 {
+				t.mapped(c, e.Key, "(default)", "walbox retries transient Postgres failures without limit, with --reconnect-backoff-min/max")
+			} else {
+				t.warn(c, e.Key, "walbox retries transient Postgres failures without limit, with --reconnect-backoff-min/max, and stops at once on the others; this limit is not applied and has no effect on the records")
+			}
 		case e.Key == "snapshot.mode":
 			switch strings.ToLower(v) {
 			case "never", "no_data", "schema_only":
@@ -194,5 +217,66 @@ func (t *translator) leftovers() {
 	}
 	for _, d := range c.Duplicates {
 		t.out.Warnings = append(t.out.Warnings, Problem{Key: d, Where: c.Source, Why: "given more than once; the last value counts, as in Kafka Connect"})
+	}
+}
+
+// schemaTopicNamingStrategy is topic.naming.strategy's default for the
+// Postgres connector, the one walbox reproduces.
+const schemaTopicNamingStrategy = "io.debezium.schema.SchemaTopicNamingStrategy"
+
+// slotStreamParams maps slot.stream.params, Debezium's semicolon-separated
+// key=value parameters for the decoding plugin. walbox sets pgoutput's
+// parameters itself; origin (PostgreSQL 16+) is the one that changes what
+// is streamed, so it maps to --pg-origin. Any other is refused: silently
+// dropping it could change the records.
+func (t *translator) slotStreamParams(c *Properties, v string) {
+	key := "slot.stream.params"
+	t.used[c][key] = true
+	var unsupported []string
+	origin := ""
+	for _, kv := range strings.Split(v, ";") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, val, _ := strings.Cut(kv, "=")
+		k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+		if k == "origin" && (val == "none" || val == "any") {
+			origin = val
+			continue
+		}
+		unsupported = append(unsupported, kv)
+	}
+	switch {
+	case len(unsupported) > 0:
+		t.fail(c, key, "walbox sets pgoutput's parameters itself and passes only origin (none or any) through, not "+strings.Join(quoteAll(unsupported), ", "),
+			"remove them (origin=none, PostgreSQL 16+, is --pg-origin none)")
+	case origin != "":
+		t.setOption("pg-origin", origin, key)
+		t.mapped(c, key, "--pg-origin", "pgoutput's origin parameter; none needs PostgreSQL 16+")
+	default:
+		t.mapped(c, key, "(default)", "empty")
+	}
+}
+
+// heartbeatInterval maps heartbeat.interval.ms. Debezium's heartbeats keep
+// its slot moving on an idle outbox and write records to its heartbeat
+// topic (__debezium-heartbeat.<topic.prefix>); walbox's --heartbeat-interval
+// keeps the slot moving with a logical decoding message and writes no
+// record, which is said, since a consumer of that topic gets nothing. 0
+// (Debezium's default: none) leaves walbox's own default.
+func (t *translator) heartbeatInterval(c *Properties, v string) {
+	key := "heartbeat.interval.ms"
+	t.used[c][key] = true
+	d, ok := millis(v)
+	switch {
+	case !ok:
+		t.fail(c, key, "not a number of milliseconds", "give a number such as 10000, or 0")
+	case d == "0s":
+		t.mapped(c, key, "(default)", "Debezium sends no heartbeats; walbox keeps its own --heartbeat-interval (10s by default), which writes no records")
+	default:
+		t.setOption("heartbeat-interval", d, key)
+		t.warn(c, key, "sets --heartbeat-interval, which keeps the slot moving like Debezium's heartbeats; "+
+			"but walbox writes no heartbeat records, so Debezium's heartbeat topic (topic.heartbeat.prefix, __debezium-heartbeat by default, then the topic.prefix) receives nothing")
 	}
 }

@@ -235,6 +235,12 @@ func (t *translator) converter(key string) eventrouter.ConverterConfig {
 			}
 			cc.SchemasEnable = b
 			t.mapped(p, e.Key, "eventrouter."+converterField(key)+".SchemasEnable", "")
+		case sub == "schemas.enable" && cc.Kind != eventrouter.JSONConverter:
+			if _, err := strconv.ParseBool(v); err != nil {
+				t.fail(p, e.Key, "not a boolean", "use true or false")
+				continue
+			}
+			t.warn(p, e.Key, string(cc.Kind)+" writes no schemas and ignores it; no effect on the records")
 		case sub == "schemas.cache.size":
 			t.warn(p, e.Key, "a cache size of the converter; no effect on the records")
 		case sub == "decimal.format" && strings.EqualFold(v, "BASE64"),

@@ -117,7 +117,6 @@ func TestTranslateUnsupportedAllAtOnce(t *testing.T) {
 	conf := strings.NewReplacer("plugin.name=pgoutput", "plugin.name=decoderbufs",
 		"table.include.list=public.outbox", "table.include.list=public.outbox_.*,public.outbox").Replace(base) +
 		"slot.drop.on.stop=true\n" +
-		"value.converter.schemas.enable=true\n" + // ignored: StringConverter has no such setting
 		"transforms.outbox.route.topic.regex.case.insensitive=true\n" +
 		"provide.transaction.metadata=true\n" +
 		"some.unknown.key=1\n" +
@@ -135,7 +134,7 @@ func TestTranslateUnsupportedAllAtOnce(t *testing.T) {
 			t.Errorf("problem %+v lacks why or fix", p)
 		}
 	}
-	want := []string{"plugin.name", "table.include.list", "slot.drop.on.stop", "value.converter.schemas.enable",
+	want := []string{"plugin.name", "table.include.list", "slot.drop.on.stop",
 		"transforms.outbox.route.topic.regex.case.insensitive", "provide.transaction.metadata", "some.unknown.key",
 		"producer.override.partitioner.class", "database.initial.statements"}
 	for _, k := range want {

@@ -194,6 +194,25 @@ func dbzCases() []dbzCase {
 			return c
 		}(),
 		{
+			// topic.delimiter joins topic.prefix, schema and table into the
+			// prefix of the record schemas' names (the envelope's value
+			// schema shows it).
+			name: "delimiter",
+			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
+				aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb`,
+			props: map[string]string{
+				"key.converter": jsonConv, "value.converter": jsonConv,
+				"topic.delimiter": "_",
+				"transforms.outbox.table.fields.additional.placement": "type:envelope:eventType",
+			},
+			insert: canonicalInsert,
+			rows: []string{
+				`('00000000-0000-4000-8000-000000000451', 'order', 'o-1', 'OrderCreated', '{"total": 2}')`,
+				`('00000000-0000-4000-8000-000000000452', 'order', 'o-2', 'OrderCreated', NULL)`,
+			},
+			routed: []string{"order"},
+		},
+		{
 			name: "two_tables",
 			columns: `id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,
 				aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb`,
@@ -369,6 +388,8 @@ func (c dbzCase) routerConfig(t *testing.T) eventrouter.Config {
 		case "key.converter.schemas.enable", "value.converter.schemas.enable":
 		case "extended.headers.enabled":
 			cfg.ExtendedHeaders = v == "true"
+		case "topic.delimiter":
+			cfg.TopicDelimiter = v
 		case "transforms.outbox.route.by.field":
 			cfg.RouteByColumn = v
 		case "transforms.outbox.route.topic.regex":

@@ -136,7 +136,7 @@ func TestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	for _, f := range []string{"001_outbox.sql", "002_publication.sql", "003_walbox_role.sql", "004_emit_message_privilege.sql"} {
+	for _, f := range []string{"001_outbox.sql", "002_publication.sql", "003_walbox_role.sql", "004_emit_message_privilege.sql", "005_heartbeat_function.sql"} {
 		sql, err := migrations.FS.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,13 @@
 // changes back for a standby (walbox_slot_waiting_for_standby): with
 // synchronized_standby_slots (PostgreSQL 17+), a standby listed there that
 // is down stops the stream, and walbox would otherwise just look idle.
+//
+// A heartbeat goes through FunctionName (migrations/005_heartbeat_function.sql)
+// when the database has it: a SECURITY DEFINER function that can emit only a
+// heartbeat, so walbox's role needs no EXECUTE on pg_logical_emit_message,
+// which would let its credentials forge outbox messages (--message-prefix).
+// Without it walbox calls pg_logical_emit_message itself, which PostgreSQL
+// allows every role by default.
 package heartbeat
 
 import (
@@ -31,6 +38,12 @@ import (
 // Prefix is the logical decoding message prefix of heartbeats. The relay
 // never routes messages with it; --message-prefix may not be it.
 const Prefix = "walbox_heartbeat"
+
+// FunctionName is the heartbeat function of
+// migrations/005_heartbeat_function.sql, as a regprocedure. It takes the
+// instance and the sequence number and builds the content itself, so whoever
+// may execute it can emit nothing but a heartbeat.
+const FunctionName = "public.walbox_heartbeat(text,bigint)"
 
 // maxOutstanding bounds the heartbeats remembered while none comes back; the
 // oldest, which the lag is measured from, is always kept.
@@ -57,8 +70,12 @@ type Monitor struct {
 	slot     string
 	cc       *pgx.ConnConfig
 	active   func() bool
+	standby  func() bool
 	log      *slog.Logger
 	instance string
+	// inRecovery is set while the server is a hot standby (logged once per
+	// period): nothing can be emitted there.
+	inRecovery bool
 
 	slotLag    prometheus.Gauge
 	walStatus  *prometheus.GaugeVec
@@ -75,6 +92,10 @@ type Monitor struct {
 	lastRTT     time.Duration
 	received    uint64
 	denied      bool // the last emit failed for lack of privilege (logged once)
+	// blindSince is when heartbeats became impossible (the server is in
+	// recovery); zero otherwise. Lag counts from it: a lag that cannot be
+	// measured is reported as growing, never as a healthy 0.
+	blindSince time.Time
 }
 
 // New builds a Monitor for slot. cc is an ordinary (not replication)
@@ -122,7 +143,26 @@ func (m *Monitor) Lag() time.Duration {
 	if len(m.outstanding) > 0 {
 		lag = max(lag, time.Since(m.outstanding[0].at))
 	}
+	if !m.blindSince.IsZero() {
+		lag = max(lag, time.Since(m.blindSince))
+	}
 	return lag
+}
+
+// WatchStandby makes the Monitor forget its outstanding heartbeats and its
+// last round trip whenever standby returns true (the relay's Standby: the
+// slot is held by another instance). Without it, an instance that lost the
+// slot to another would keep the heartbeats it emitted while active, which
+// only the other instance receives now, and report an ever-growing lag.
+// Call it before Run.
+func (m *Monitor) WatchStandby(standby func() bool) { m.standby = standby }
+
+// forget drops the outstanding heartbeats and the last round trip.
+func (m *Monitor) forget() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.outstanding = nil
+	m.lastRTT = 0
 }
 
 // Received returns how many of its own heartbeats came back through the
@@ -195,6 +235,22 @@ func (m *Monitor) Run(ctx context.Context) error {
 func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 	qctx, cancel := context.WithTimeout(ctx, m.interval)
 	defer cancel()
+	if m.standby != nil && m.standby() {
+		m.forget()
+	}
+	var recovery, viaFunction bool
+	// The function is used only when it is SECURITY DEFINER: then it runs
+	// with its owner's rights, never lending walbox's to whoever made it.
+	err := conn.QueryRow(qctx, `SELECT pg_catalog.pg_is_in_recovery(),
+		COALESCE((SELECT p.prosecdef FROM pg_catalog.pg_proc p WHERE p.oid = pg_catalog.to_regprocedure($1)), false)`,
+		FunctionName).Scan(&recovery, &viaFunction)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("heartbeat: cannot read the server's state", "err", err)
+		}
+		return !conn.IsClosed() && isSQLError(err)
+	}
+	m.observeRecovery(recovery)
 	var lag *float64
 	var status string
 	var waiting bool
@@ -202,7 +258,9 @@ func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 	// The slot's walsender runs as walbox's role, so its wait event is
 	// visible to walbox without pg_read_all_stats. The listed standby slots
 	// that are missing or inactive name the likely cause.
-	err := conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::float8, COALESCE(s.wal_status, ''),
+	// A hot standby has no pg_current_wal_lsn (it fails during recovery):
+	// its WAL end is what it replayed.
+	err = conn.QueryRow(qctx, `SELECT pg_wal_lsn_diff(CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END, s.confirmed_flush_lsn)::float8, COALESCE(s.wal_status, ''),
 		COALESCE((SELECT a.wait_event = 'WaitForStandbyConfirmation' FROM pg_catalog.pg_stat_activity a WHERE a.pid = s.active_pid), false),
 		COALESCE((SELECT string_agg(n, ',') FROM unnest(string_to_array(current_setting('synchronized_standby_slots', true), ',')) AS u(raw),
 			LATERAL (SELECT btrim(raw) AS n) t
@@ -223,10 +281,31 @@ func (m *Monitor) tick(ctx context.Context, conn *pgx.Conn) bool {
 	case lag != nil:
 		m.slotLag.Set(*lag)
 	}
-	if m.active != nil && !m.active() {
+	if recovery || (m.active != nil && !m.active()) {
 		return true
 	}
-	return m.emit(qctx, conn)
+	return m.emit(qctx, conn, viaFunction)
+}
+
+// observeRecovery notes whether the server is a hot standby, where no
+// heartbeat can be written: it says so once, and the lag grows from then
+// on (Lag) until the server accepts writes again.
+func (m *Monitor) observeRecovery(recovery bool) {
+	if recovery == m.inRecovery {
+		return
+	}
+	m.inRecovery = recovery
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if recovery {
+		m.blindSince = time.Now()
+		m.log.Warn("heartbeat: the server is a hot standby (in recovery), so no heartbeat can be emitted and walbox_heartbeat_lag_seconds now counts the time since then instead of a round trip; "+
+			"point walbox at the primary, or set --heartbeat-interval=0 where walbox decodes from a standby on purpose",
+			"slot", m.slot)
+		return
+	}
+	m.blindSince = time.Time{}
+	m.log.Info("heartbeat: the server accepts writes again; emitting heartbeats", "slot", m.slot)
 }
 
 // observeStandbyWait records whether the slot's walsender waits for a
@@ -267,21 +346,41 @@ func (m *Monitor) setWALStatus(status string) {
 	}
 }
 
-func (m *Monitor) emit(ctx context.Context, conn *pgx.Conn) bool {
+// execer is the part of *pgx.Conn emit uses.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	IsClosed() bool
+}
+
+// emit writes one heartbeat, through FunctionName when viaFunction. The
+// heartbeat is registered as outstanding before the statement is sent: the
+// relay may receive it through the slot before Exec returns here, and Seen
+// must find it then; a failed emit takes it back.
+func (m *Monitor) emit(ctx context.Context, conn execer, viaFunction bool) bool {
 	m.mu.Lock()
 	m.seq++
 	s := sent{seq: m.seq, at: time.Now()}
+	registered := len(m.outstanding) < maxOutstanding
+	if registered {
+		m.outstanding = append(m.outstanding, s)
+	}
 	m.mu.Unlock()
-	content, _ := json.Marshal(payload{Instance: m.instance, Seq: s.seq, SentAt: s.at.UnixNano()})
-	_, err := conn.Exec(ctx, `SELECT pg_catalog.pg_logical_emit_message(true, $1::text, $2::text)`, Prefix, string(content))
+	var err error
+	if viaFunction {
+		_, err = conn.Exec(ctx, `SELECT `+functionCall+`($1::text, $2::bigint)`, m.instance, int64(s.seq))
+	} else {
+		content, _ := json.Marshal(payload{Instance: m.instance, Seq: s.seq, SentAt: s.at.UnixNano()})
+		_, err = conn.Exec(ctx, `SELECT pg_catalog.pg_logical_emit_message(true, $1::text, $2::text)`, Prefix, string(content))
+	}
+	if err != nil && registered {
+		m.unregister(s.seq)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
 		if !m.denied {
 			m.denied = true
-			m.log.Error("heartbeat: this role may not execute pg_logical_emit_message, so no heartbeat is emitted and walbox_heartbeat_lag_seconds stays 0; "+
-				"grant it as a superuser in this database: GRANT outbox_writer TO <walbox's role> (the role migrations/004_emit_message_privilege.sql grants it to), "+
-				"or GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO <walbox's role>; or set --heartbeat-interval=0",
-				"user", m.cc.User, "err", err)
+			m.log.Error("heartbeat: "+m.deniedAdvice(ctx, conn, viaFunction), "user", m.cc.User, "err", err)
 		}
 		return true
 	}
@@ -293,14 +392,59 @@ func (m *Monitor) emit(ctx context.Context, conn *pgx.Conn) bool {
 	}
 	if m.denied {
 		m.denied = false
-		m.log.Info("heartbeat: emitting again (pg_logical_emit_message is now allowed)")
+		m.log.Info("heartbeat: emitting again (the privilege is now granted)")
 	}
-	m.mu.Lock()
-	if len(m.outstanding) < maxOutstanding {
-		m.outstanding = append(m.outstanding, s)
-	}
-	m.mu.Unlock()
 	return true
+}
+
+// functionCall is FunctionName without its argument types.
+const functionCall = "public.walbox_heartbeat"
+
+// unregister takes back the outstanding heartbeat seq, whose emit failed.
+func (m *Monitor) unregister(seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, o := range m.outstanding {
+		if o.seq == seq {
+			m.outstanding = append(m.outstanding[:i], m.outstanding[i+1:]...)
+			return
+		}
+	}
+}
+
+// deniedAdvice says what to grant after an emit failed for lack of
+// privilege, with the signature of pg_logical_emit_message this server has.
+func (m *Monitor) deniedAdvice(ctx context.Context, conn execer, viaFunction bool) string {
+	role := m.cc.User
+	if role == "" {
+		role = "<walbox's role>"
+	}
+	if viaFunction {
+		return fmt.Sprintf("this role may not execute %s, so no heartbeat is emitted and walbox_heartbeat_lag_seconds stays 0; "+
+			"as a superuser in this database: GRANT EXECUTE ON FUNCTION %s TO %s; or set --heartbeat-interval=0", FunctionName, FunctionName, pgx.Identifier{role}.Sanitize())
+	}
+	grant, err := GrantEmitSQL(ctx, conn, role)
+	if err != nil {
+		grant = "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(...) TO " + pgx.Identifier{role}.Sanitize() + " (\\df pg_logical_emit_message lists the signatures)"
+	}
+	return "this role may not execute pg_logical_emit_message, so no heartbeat is emitted and walbox_heartbeat_lag_seconds stays 0; " +
+		"as a superuser in this database, apply migrations/005_heartbeat_function.sql (a function that can emit only heartbeats, executable by walbox's role), " +
+		"or, which also lets this role emit outbox messages for --message-prefix: " + grant + "; or set --heartbeat-interval=0"
+}
+
+// GrantEmitSQL returns the statement that grants role EXECUTE on the text
+// form of pg_logical_emit_message as this server declares it: PostgreSQL 17
+// replaced (boolean, text, text) by (boolean, text, text, boolean), and a
+// GRANT naming the old signature fails there. Run it as a superuser.
+func GrantEmitSQL(ctx context.Context, conn execer, role string) (string, error) {
+	var sig string
+	err := conn.QueryRow(ctx, `SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+		WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace
+		  AND p.proargtypes[2] = 'text'::regtype`).Scan(&sig)
+	if err != nil {
+		return "", fmt.Errorf("heartbeat: read the signature of pg_logical_emit_message: %w", err)
+	}
+	return "GRANT EXECUTE ON FUNCTION pg_catalog." + sig + " TO " + pgx.Identifier{role}.Sanitize(), nil
 }
 
 // isSQLError reports an error the server answered with: the connection is

@@ -18,8 +18,15 @@
 --
 -- (outbox_writer is a placeholder like the walbox role of 003: rename it in
 -- a copy of this file, in both places, to use a role you already have.)
--- Superusers keep the right regardless. walbox itself never calls the
--- function and needs no grant.
+-- Superusers keep the right regardless. Do not grant outbox_writer (or
+-- EXECUTE on the function) to walbox's own role: its credentials could then
+-- emit events too.
+--
+-- walbox's heartbeats (--heartbeat-interval, on by default) call the
+-- function, so this file alone stops them: apply
+-- 005_heartbeat_function.sql with it, which gives walbox a function that
+-- can emit only heartbeats. (Without 005, walbox logs one ERROR naming it
+-- and keeps running without heartbeats.)
 --
 -- With --message-prefix, walbox checks on start that PUBLIC cannot execute
 -- any overload and refuses to start otherwise, printing this SQL; where it

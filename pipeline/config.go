@@ -93,6 +93,11 @@ type Config struct {
 	// heartbeat.Prefix (a heartbeat.Monitor's Seen). Such messages are
 	// never routed, whatever this is.
 	OnHeartbeat func(content []byte)
+	// Origin is pgoutput's origin parameter: OriginAny ("" too, the
+	// default) or OriginNone, which has the server filter out changes
+	// applied by logical replication from another server (PostgreSQL 16+;
+	// an older server is refused when replication starts).
+	Origin string
 
 	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce.
 	// Exactly-once needs a TxnProducer (a client made by NewKafkaClient
@@ -245,6 +250,9 @@ func (c Config) Validate() error {
 	case "", OutboxUpdatesWarn, OutboxUpdatesError, OutboxUpdatesFatal:
 	default:
 		errs = append(errs, fmt.Errorf("pipeline: outbox update policy %q is none of %s, %s, %s", c.OutboxUpdates, OutboxUpdatesWarn, OutboxUpdatesError, OutboxUpdatesFatal))
+	}
+	if err := validateOrigin(c.Origin); err != nil {
+		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateDelivery()...)
 	return errors.Join(errs...)

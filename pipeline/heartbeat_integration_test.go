@@ -126,8 +126,8 @@ func TestHeartbeatShowsStall(t *testing.T) {
 }
 
 // TestHeartbeatWithoutPrivilege: a role that may not execute
-// pg_logical_emit_message gets one clear error line naming the GRANT and
-// --heartbeat-interval=0; the monitor keeps running and still reads the
+// pg_logical_emit_message gets one clear error line naming the heartbeat
+// function's migration, the GRANT and --heartbeat-interval=0; the monitor keeps running and still reads the
 // slot's lag.
 func TestHeartbeatWithoutPrivilege(t *testing.T) {
 	e := newSlotEnv(t)
@@ -171,7 +171,7 @@ func TestHeartbeatWithoutPrivilege(t *testing.T) {
 	if n := strings.Count(out, "may not execute"); n != 1 {
 		t.Errorf("privilege error logged %d times, want once:\n%s", n, out)
 	}
-	for _, s := range []string{"level=ERROR", "GRANT outbox_writer TO", "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message", "--heartbeat-interval=0", "user=hb_noemit"} {
+	for _, s := range []string{"level=ERROR", "005_heartbeat_function.sql", "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean,text,text", "--heartbeat-interval=0", "user=hb_noemit"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("log lacks %q:\n%s", s, out)
 		}

@@ -78,6 +78,9 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		// which the preflight check already requires.
 		args = append(args, "messages 'true'")
 	}
+	if args, err = r.withOrigin(conn, args); err != nil {
+		return false, err
+	}
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)

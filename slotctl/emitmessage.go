@@ -58,6 +58,6 @@ ORDER BY 1`)
 	}
 	return fmt.Errorf("%w: every role (PUBLIC) may execute %s, so any role that can connect could emit outbox messages "+
 		"with chosen ids, headers and topics; as a superuser, in this database, apply migrations/004_emit_message_privilege.sql "+
-		"(grant the role outbox_writer to the roles that write events), or run:\n%s",
+		"(grant the role outbox_writer to the roles that write events, not to walbox's; then apply migrations/005_heartbeat_function.sql so that walbox's heartbeats keep working), or run:\n%s",
 		ErrEmitMessagePublic, strings.Join(public, " and "), EmitMessageRevokeSQL)
 }

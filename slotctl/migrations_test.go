@@ -5,7 +5,7 @@ import "testing"
 // TestMigrationsIdempotent applies every migration twice, as an operator
 // re-running them would.
 func TestMigrationsIdempotent(t *testing.T) {
-	files := []string{"001_outbox.sql", "002_publication.sql", "003_walbox_role.sql", "004_emit_message_privilege.sql"}
+	files := []string{"001_outbox.sql", "002_publication.sql", "003_walbox_role.sql", "004_emit_message_privilege.sql", "005_heartbeat_function.sql"}
 	e := newEnv(t, nil, files...)
 	for _, f := range files {
 		e.migrate(t, f)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,7 +41,7 @@ func newDebeziumMode(cfg config.Config, log *slog.Logger) (*debeziumMode, error)
 		log.Warn("an explicit option overrides the Debezium configuration", "override", o)
 	}
 	for _, w := range tr.Warnings {
-		log.Warn("a Debezium setting is not applied; it has no effect on the records", "key", w.Key, "where", w.Where, "why", w.Why)
+		log.Warn("a Debezium setting is not applied as Debezium applies it (why says what walbox does)", "key", w.Key, "where", w.Where, "why", w.Why)
 	}
 	log.Info("Debezium mode", "config", cfg.DebeziumConfig, "connector", tr.Router.ConnectorName, "topic_prefix", tr.Router.LogicalName,
 		"tables", cfg.Table, "publication_autocreate_mode", tr.AutocreateMode,
@@ -132,5 +133,13 @@ func (d *debeziumMode) router(ctx context.Context, cfg config.Config, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	return eventrouter.New(d.routerConfig(cfg, cols))
+	rc := d.routerConfig(cfg, cols)
+	// Read again on every Relation message, as Debezium refreshes its
+	// table schema: an ALTER TABLE while walbox runs changes the records.
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return nil, err
+	}
+	rc.ReloadColumns = eventrouter.NewCatalogLoader(cc, 30*time.Second).Load
+	return eventrouter.New(rc)
 }

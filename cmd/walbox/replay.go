@@ -180,6 +180,13 @@ func replayRouter(ctx context.Context, cfg config.Config, topicGiven bool, stder
 
 func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipeline.Range, rt pipeline.Router, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
+	if cfg.MessagePrefix != "" {
+		// A replay routes the messages in its range as `walbox run` does:
+		// the same forgery guard.
+		if _, err := setupCheckEmit(ctx, cfg, log); err != nil {
+			return err
+		}
+	}
 	pcfg := cfg.PipelineConfig()
 	rcfg := pipeline.ReplayConfig{
 		ConnString:     cfg.PGDSN,

@@ -146,6 +146,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	if hb != nil {
+		hb.WatchStandby(func() bool { return relay.Standby() })
 		pcfg.OnHeartbeat = hb.Seen
 	}
 	producer := relayProducer
@@ -176,6 +177,9 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	}
 	if keeper != nil {
 		g.Go(func() error { return keeper.Run(gctx) })
+	}
+	if cfg.MessagePrefix != "" {
+		g.Go(func() error { return watchEmitPrivilege(gctx, cfg, emitGuardInterval, log) })
 	}
 	if hb != nil {
 		g.Go(func() error { return hb.Run(gctx) })

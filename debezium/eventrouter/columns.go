@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -363,4 +364,60 @@ func parseDefaultTimestamp(text string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("timestamp default %q not understood", text)
+}
+
+// CatalogLoader reads column facts on a connection of its own, opened on
+// first use and again after a failure, for Config.ReloadColumns. Safe for
+// concurrent use; Close it when the Router is done.
+type CatalogLoader struct {
+	cc      *pgx.ConnConfig
+	timeout time.Duration
+
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// NewCatalogLoader returns a loader connecting with cc (an ordinary, not a
+// replication, connection); each Load is bounded by timeout.
+func NewCatalogLoader(cc *pgx.ConnConfig, timeout time.Duration) *CatalogLoader {
+	return &CatalogLoader{cc: cc, timeout: timeout}
+}
+
+// Load reads the column facts of table ("schema.table"), as LoadColumns.
+// On a connection failure it drops the connection, so the next Load opens
+// a new one, and returns the error (wrapping pgconn's, so the relay can
+// tell Postgres being unreachable).
+func (l *CatalogLoader) Load(table string) ([]ColumnInfo, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	if l.conn == nil {
+		c, err := pgx.ConnectConfig(ctx, l.cc)
+		if err != nil {
+			return nil, fmt.Errorf("eventrouter: connect to postgres to read the column facts of %s: %w", table, err)
+		}
+		l.conn = c
+	}
+	cols, err := LoadColumns(ctx, l.conn, []string{table})
+	if err != nil {
+		if l.conn.IsClosed() || ctx.Err() != nil {
+			_ = l.conn.Close(context.Background())
+			l.conn = nil
+		}
+		return nil, err
+	}
+	return cols[table], nil
+}
+
+// Close closes the loader's connection, if open.
+func (l *CatalogLoader) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.conn.Close(ctx)
+		l.conn = nil
+	}
 }

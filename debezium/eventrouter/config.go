@@ -69,8 +69,14 @@ type Config struct {
 	// adds __debezium.context.* headers to every record.
 	ExtendedHeaders bool
 	LogicalName     string // topic.prefix (required by Debezium)
-	ConnectorName   string // name (not a header: __debezium.context.connectorName is the plugin name)
-	TaskID          string // "0": the Postgres connector runs one task
+	// TopicDelimiter is topic.delimiter ("."): Debezium's topic naming
+	// strategy joins topic.prefix, schema and table with it into the
+	// change event's topic name, which also prefixes the record schemas'
+	// names (the "<prefix>.<schema>.<table>.Value" of the value schema).
+	// "" means ".".
+	TopicDelimiter string
+	ConnectorName  string // name (not a header: __debezium.context.connectorName is the plugin name)
+	TaskID         string // "0": the Postgres connector runs one task
 
 	KeyConverter   ConverterConfig // key.converter
 	ValueConverter ConverterConfig // value.converter
@@ -83,6 +89,16 @@ type Config struct {
 	// missing here, replica identity columns count as NOT NULL and all
 	// others as nullable.
 	Columns map[string][]ColumnInfo
+	// ReloadColumns, when set, reads a table's column facts again from the
+	// catalog ("schema.table", as LoadColumns) whenever the stream brings
+	// a new Relation message for it, as Debezium refreshes its table
+	// schema on each: an ALTER TABLE ... SET NOT NULL or SET DEFAULT
+	// while walbox runs then changes the records from the next row on, as
+	// it does Debezium's. Its result replaces the table's entry in
+	// Columns. An error fails the row's Route with that error (not an
+	// invalid row): the relay stops before confirming it, and retries if
+	// the error is Postgres being unreachable. CatalogLoader.Load is one.
+	ReloadColumns func(table string) ([]ColumnInfo, error)
 	// DeadLetterTopic, when set, makes Route turn an invalid row into a
 	// record for this topic (walbox's invalid_rows: dead-letter) instead of
 	// returning an *router.InvalidRowError (Debezium fails its task).

@@ -22,8 +22,9 @@
 //     route.topic.replacement applied to route.by.field (RegexRouter);
 //   - timestamp: table.field.event.timestamp, else the processing time;
 //   - schemas: each column's Connect schema, optional unless NOT NULL, with
-//     its DEFAULT as Debezium parses it (Config.Columns, from LoadColumns), a
-//     NULL reading as the default.
+//     its DEFAULT as Debezium parses it (Config.Columns, from LoadColumns,
+//     read again on every new Relation message with Config.ReloadColumns),
+//     a NULL reading as the default.
 //
 // Rows Debezium fails its task on are *router.InvalidRowError (or
 // dead-letter records with Config.DeadLetterTopic). The differential test

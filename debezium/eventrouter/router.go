@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ type Router struct {
 type binding struct {
 	rel *decoder.Relation
 	// afterName is the Debezium "after" struct's schema name,
-	// "<topic.prefix>.<schema>.<table>.Value".
+	// "<topic.prefix>.<schema>.<table>.Value" (recordSchemaPrefix).
 	afterName                     string
 	schemas                       []*schema // per column; nil when the type is not converted
 	typeErrs                      []error   // per column, why schemas[i] is nil
@@ -221,13 +222,24 @@ func (r *Router) CheckColumns(table string, columns []string) error {
 }
 
 // bind resolves rel's columns once per Relation message.
-func (r *Router) bind(rel *decoder.Relation) *binding {
+func (r *Router) bind(rel *decoder.Relation) (*binding, error) {
 	if b, ok := r.binds[rel.ID]; ok && b.rel == rel {
-		return b
+		return b, nil
+	}
+	if r.cfg.ReloadColumns != nil {
+		cols, err := r.cfg.ReloadColumns(rel.QualifiedName())
+		if err != nil {
+			return nil, fmt.Errorf("eventrouter: reload the column facts of %s for its new Relation message: %w", rel.QualifiedName(), err)
+		}
+		// A copy: the map came from the caller's Config.
+		m := make(map[string][]ColumnInfo, len(r.cfg.Columns)+1)
+		maps.Copy(m, r.cfg.Columns)
+		m[rel.QualifiedName()] = cols
+		r.cfg.Columns = m
 	}
 	b := &binding{
 		rel:       rel,
-		afterName: r.cfg.LogicalName + "." + rel.Namespace + "." + rel.Name + ".Value",
+		afterName: recordSchemaPrefix(r.cfg, rel) + ".Value",
 		schemas:   make([]*schema, len(rel.Columns)),
 		typeErrs:  make([]error, len(rel.Columns)),
 		id:        rel.ColumnIndex(r.cfg.EventIDColumn),
@@ -267,7 +279,7 @@ func (r *Router) bind(rel *decoder.Relation) *binding {
 		clear(r.binds)
 	}
 	r.binds[rel.ID] = b
-	return b
+	return b, nil
 }
 
 // rowError is a problem with one row: the column at fault and why.
@@ -293,7 +305,10 @@ func (r *Router) Route(ins *decoder.Insert) (router.Routed, error) {
 		return router.Routed{}, fmt.Errorf("eventrouter: insert into %s at LSN %s has %d values for %d columns",
 			rel.QualifiedName(), ins.LSN, len(ins.Values), len(rel.Columns))
 	}
-	b := r.bind(rel)
+	b, err := r.bind(rel)
+	if err != nil {
+		return router.Routed{}, err
+	}
 	rec, eventID, rerr := r.build(ins, b)
 	if rerr == nil {
 		return router.Routed{Record: rec, EventID: eventID}, nil
