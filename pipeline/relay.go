@@ -63,9 +63,11 @@ type Relay struct {
 	tracker *checkpoint.Tracker
 	dec     *decoder.Decoder
 
-	failOnce sync.Once
-	failure  atomic.Pointer[error]
-	failed   chan struct{}
+	// failure is the first permanent failure; failed is closed when it is
+	// set. Only standByAfterFence clears them, between sessions.
+	failMu  sync.Mutex
+	failure atomic.Pointer[error]
+	failed  chan struct{}
 
 	streaming atomic.Bool
 	// standby is set while the slot is held by another process and
@@ -126,10 +128,12 @@ func (r *Relay) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(r.confirmed.Loa
 // fail records the first permanent failure and wakes the loop. Safe for
 // concurrent use (called from promise callbacks).
 func (r *Relay) fail(err error) {
-	r.failOnce.Do(func() {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	if r.failure.Load() == nil {
 		r.failure.Store(&err)
 		close(r.failed)
-	})
+	}
 }
 
 func (r *Relay) failureErr() error {
@@ -158,8 +162,12 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if err == nil {
 			return nil
 		}
+		fenced := false
 		if ferr := r.failureErr(); ferr != nil {
-			return ferr
+			if !r.standByAfterFence(ferr) {
+				return ferr
+			}
+			err, fenced = ferr, true
 		}
 		if !streamed && ctx.Err() != nil {
 			// Stopped while connecting or starting replication: nothing
@@ -167,14 +175,16 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			// error is only the interrupted call's.
 			return nil
 		}
-		if !IsRetryable(err) && !isTxnAborted(err) {
+		if !fenced && !IsRetryable(err) && !isTxnAborted(err) {
 			return err
 		}
 		if streamed {
 			attempt = 0
 		}
-		standby := false
-		if isSlotBusy(err) {
+		standby := fenced
+		if fenced {
+			r.enterStandby(err)
+		} else if isSlotBusy(err) {
 			if r.cfg.Standby {
 				standby = true
 				r.enterStandby(err)
@@ -194,9 +204,9 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		// acks now enter the dedup window, and the replay starts past every
 		// transaction they complete. What Kafka does not ack in time is
 		// purged (flushLostSession).
-		purged, err := r.flushLostSession(ctx)
-		if err != nil {
-			return err
+		purged, perr := r.flushLostSession(ctx)
+		if perr != nil {
+			return perr
 		}
 		// Refused records not yet dead-lettered belong to transactions the
 		// replay sends again; they are produced again from there.
@@ -209,7 +219,11 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			r.dedup.forgetFrom(r.tracker.Confirmed())
 		}
 		if ferr := r.failureErr(); ferr != nil {
-			return ferr
+			if !r.standByAfterFence(ferr) {
+				return ferr
+			}
+			standby = true
+			r.enterStandby(ferr)
 		}
 		delay := r.cfg.StandbyRetry
 		if !standby {

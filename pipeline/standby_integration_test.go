@@ -237,3 +237,120 @@ func holdSlot(t *testing.T, ctx context.Context, dsn, slot string) *pgconn.PgCon
 	}
 	return c
 }
+
+// TestFencedExactlyOnceInstanceStandsBy: in exactly-once mode a former
+// active instance whose transactional id another instance took over
+// (fenced) used to stop with ErrFenced, although the standby docs promise
+// that a --standby instance waits for the slot. It now stands by: it keeps
+// checking the slot while another process holds it, takes it back once it
+// is free with a new producer, and delivers what it had not committed,
+// once.
+func TestFencedExactlyOnceInstanceStandsBy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	const retry = 2 * time.Second
+	a := startEOSRelay(t, conn, srv.DSN("postgres"), brokers, "walbox", "walbox.state", func(c *pipeline.Config) {
+		c.Standby, c.StandbyRetry = true, retry
+		c.TransactionMaxInterval = 50 * time.Millisecond
+	})
+	defer func() {
+		if err := a.stop(t); err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
+	waitFor(t, 30*time.Second, "the relay to stream", a.relay.Streaming)
+	gen := outboxtest.NewGenerator(62, 10, "fenced")
+	first := gen.Batch(20)
+	if err := outboxtest.WriteTx(ctx, conn, first); err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := outboxtest.NewConsumer(brokers, `outbox\.event\.fenced`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(g []outboxtest.Received) bool { return len(g) >= len(first) })
+	if err != nil {
+		t.Fatalf("before the fence: %v", err)
+	}
+
+	// Another instance loads the producer id of the transactional id, as
+	// the slot's new holder does: the next commit of this one is fenced.
+	other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(pipeline.TransactionalIDFor("walbox")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, _, err := other.ProducerID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := gen.Batch(20)
+	if err := outboxtest.WriteTx(ctx, conn, second); err != nil {
+		t.Fatal(err)
+	}
+	standby := func() bool {
+		select {
+		case err := <-a.done:
+			t.Fatalf("the fenced relay stopped instead of standing by: %v", err)
+		default:
+		}
+		return a.relay.Standby()
+	}
+	waitFor(t, 30*time.Second, "the fenced relay to stand by", standby)
+	// Another process holds the slot now; the relay keeps checking.
+	var holder *pgconn.PgConn
+	waitFor(t, 30*time.Second, "the test to take the free slot", func() bool {
+		var active bool
+		if err := conn.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = 'walbox'`).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active && !a.relay.Streaming() {
+			holder = holdSlot(t, ctx, srv.DSN("postgres"), "walbox")
+			return true
+		}
+		return false
+	})
+	until := time.Now().Add(2 * retry)
+	for time.Now().Before(until) {
+		if !standby() {
+			t.Fatal("the relay left standby while another process held the slot")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	holder.Close(context.Background())
+	waitFor(t, 30*time.Second, "the relay to take the slot back", a.relay.Streaming)
+	written := append(first, second...)
+	again, err := consumer.ReadUntil(ctx, func(g []outboxtest.Received) bool {
+		return outboxtest.DistinctIDs(append(got, g...)) >= len(written)
+	})
+	if err != nil {
+		t.Fatalf("after taking the slot back: %v", err)
+	}
+	got = append(got, again...)
+	if rep := outboxtest.Check(written, got); !rep.OK() || rep.Duplicates != 0 {
+		t.Fatalf("exactly-once delivery after the fence: %v", rep)
+	}
+}
