@@ -78,6 +78,11 @@ type Relay struct {
 
 	// eos is the exactly-once state (txn.go); nil in at-least-once mode.
 	eos *eosState
+
+	// erasedEvents and erasedAt (Unix nanoseconds) report what failovers
+	// erased since the start (FailoverErased).
+	erasedEvents atomic.Uint64
+	erasedAt     atomic.Int64
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
