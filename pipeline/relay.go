@@ -274,9 +274,11 @@ func (r *Relay) flushLostSession(ctx context.Context) (purged bool, err error) {
 		}
 		return false, nil
 	}
-	if r.inflight.records.Load() == 0 {
+	if r.eos == nil && r.inflight.records.Load() == 0 {
 		// Nothing to wait for (a standby's retry, say): no Flush, which
-		// logs a line each time.
+		// logs a line each time. (In exactly-once mode the state record
+		// is not counted in flight, and a transactional client logs its
+		// flushes at debug level.)
 		return false, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.LostSessionFlushTimeout)
