@@ -101,6 +101,10 @@ type Config struct {
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration
+	// LostSessionFlushTimeout bounds how long records of a lost
+	// replication session may still be delivered before they are purged
+	// (the slot's next holder sends them again); > 0. Default 10s.
+	LostSessionFlushTimeout time.Duration
 	// DedupWindow is how many recently acknowledged events are remembered
 	// (by WAL position: commit LSN and position in the transaction) to skip
 	// what Postgres re-sends after a reconnect; 0 disables. Default 100000.
@@ -242,6 +246,8 @@ func Defaults() Config {
 		TransactionSplitRecords: p.TransactionSplitRecords,
 		TransactionTimeout:      p.TransactionTimeout,
 		StateTopic:              p.StateTopic,
+
+		LostSessionFlushTimeout: p.LostSessionFlushTimeout,
 	}
 }
 

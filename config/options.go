@@ -417,6 +417,14 @@ var options = []*option{
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMax = c.ReconnectBackoffMax },
 	},
 	{
+		flag: "lost-session-flush-timeout", env: "WALBOX_LOST_SESSION_FLUSH_TIMEOUT", yaml: "lost_session_flush_timeout", group: groupOperations,
+		help: "How long, after the replication session is lost, Kafka may still acknowledge the records walbox had produced; " +
+			"the rest are purged instead of retried, so that they cannot land after what the slot's next holder sends (it sends them again)",
+		value:    durationValue(func(c *Config) *time.Duration { return &c.LostSessionFlushTimeout }),
+		check:    func(c *Config) error { return checkPositive(c.LostSessionFlushTimeout) },
+		pipeline: func(c *Config, p *pipeline.Config) { p.LostSessionFlushTimeout = c.LostSessionFlushTimeout },
+	},
+	{
 		flag: "log-level", env: "WALBOX_LOG_LEVEL", yaml: "log_level", group: groupOperations,
 		help:  "Least severe level logged: debug, info, warn or error",
 		value: enumValue("LEVEL", func(c *Config) *string { return &c.LogLevel }, logLevels...),

@@ -33,6 +33,16 @@ type Config struct {
 	ReceiveTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight acks on stop (30s).
 	ShutdownTimeout time.Duration
+	// LostSessionFlushTimeout bounds how long records of a session that
+	// ended (a lost replication connection) may still be delivered (10s).
+	// Past it, what Kafka has not acknowledged is purged from the producer
+	// instead of retried without limit: the slot's next holder, this
+	// instance or a standby that took the slot over meanwhile, sends it
+	// again from the confirmed position. Without the bound, an instance
+	// cut off from Postgres and Kafka delivered its old records whenever
+	// the network healed, after the new holder's newer events of the same
+	// keys, and compacted topics regressed to an old state.
+	LostSessionFlushTimeout time.Duration
 	// DedupWindow is how many acknowledged records are remembered, by
 	// commit LSN and position in their transaction (16 bytes each), to
 	// skip what Postgres re-sends after a reconnect; 0 disables it.
@@ -184,6 +194,8 @@ func DefaultConfig() Config {
 		BackoffMin:         500 * time.Millisecond,
 		BackoffMax:         30 * time.Second,
 
+		LostSessionFlushTimeout: 10 * time.Second,
+
 		Delivery:                DeliveryAtLeastOnce,
 		TransactionMaxRecords:   10000,
 		TransactionMaxInterval:  100 * time.Millisecond,
@@ -198,6 +210,7 @@ func (c *Config) setDefaults() {
 	positiveOr(&c.StatusInterval, d.StatusInterval)
 	positiveOr(&c.ReceiveTimeout, d.ReceiveTimeout)
 	positiveOr(&c.ShutdownTimeout, d.ShutdownTimeout)
+	positiveOr(&c.LostSessionFlushTimeout, d.LostSessionFlushTimeout)
 	positiveOr(&c.MaxInflightRecords, d.MaxInflightRecords)
 	positiveOr(&c.MaxInflightBytes, d.MaxInflightBytes)
 	positiveOr(&c.MaxBatchBytes, d.MaxBatchBytes)

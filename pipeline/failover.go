@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -79,6 +80,19 @@ func resumeOnHistory(last History, pos pglogrepl.LSN, srv serverHistory) history
 		"the server switched from timeline %d to %d at %s (a failover or point-in-time recovery)", last.Timeline, srv.Timeline, sw)}
 }
 
+// FailoverErased returns how many events this process had sent to Kafka
+// of transactions a failover then erased (they are in Kafka, the database
+// no longer has them), summed over every failover since the start, and
+// when the last such failover was noticed; 0 and the zero time when none.
+// It backs /readyz's detail. Safe for concurrent use.
+func (r *Relay) FailoverErased() (events uint64, at time.Time) {
+	n := r.erasedEvents.Load()
+	if n == 0 {
+		return 0, time.Time{}
+	}
+	return n, time.Unix(0, r.erasedAt.Load()).UTC()
+}
+
 // historyChanged reports whether a session at pos needs the server's
 // timeline history to decide where to start: the server is not on the
 // timeline the relay last streamed, or its WAL ends before pos.
@@ -105,6 +119,8 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 	switch {
 	case events > 0:
 		r.metrics.failoverErased.Add(float64(events))
+		r.erasedEvents.Add(events)
+		r.erasedAt.Store(time.Now().UnixNano())
 		qualifier := ""
 		if !exact {
 			qualifier = "at least "

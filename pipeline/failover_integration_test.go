@@ -83,6 +83,10 @@ type failoverCase struct {
 	// form, host=standby,primary with this target_session_attrs, instead
 	// of one endpoint that moves.
 	multiHost string
+	// twice: after the first failover a new standby of the promoted
+	// primary synchronizes the slot, and the promoted primary is crashed
+	// and its standby promoted in turn (timeline 3).
+	twice bool
 }
 
 // startFailoverPair starts the pair and walbox.
@@ -446,6 +450,74 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	}
 	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(wantErased) {
 		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of the transactions the standby never received)", n, len(erased))
+	}
+	if !fc.twice {
+		return
+	}
+
+	// A second failover in a row: a standby of the promoted primary, the
+	// slot synchronized to it, a crash mid-stream and a promotion again.
+	if _, err := p.conn.Exec(ctx, `SELECT pg_create_physical_replication_slot('standby2')`); err != nil {
+		t.Fatal(err)
+	}
+	p.conn.Close(ctx)
+	next := pgtest.Standby(t, p.standby, pgtest.StandbyOptions{PrimarySlotName: "standby2",
+		Settings: map[string]string{"sync_replication_slots": "on", "hot_standby_feedback": "on"}})
+	// StartStandby restarted the primary: connect again (walbox
+	// reconnects by itself, on the same timeline).
+	if p.conn, err = pgx.Connect(ctx, p.standby.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, write(30, 4)...)
+	readAll(len(kept)+len(erased), "consume before the second failover")
+	if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&primaryPos); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "walbox to confirm on the second timeline", func() bool {
+		c, _ := walboxSlot(t, ctx, p.standby)
+		return c >= primaryPos
+	})
+	waitFor(t, 60*time.Second, "the second standby to synchronize the slot", func() bool {
+		if _, err := p.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		c, ok := walboxSlot(t, ctx, next)
+		return ok && c >= primaryPos
+	})
+	if err := p.standby.StopImmediate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(next.Port()))); err != nil {
+		t.Fatal(err)
+	}
+	p.conn.Close(ctx)
+	if p.conn, err = pgx.Connect(ctx, next.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, write(40, 4)...)
+	readAll(len(kept)+len(erased), "consume after the second failover")
+	rep = outboxtest.Check(append(append([]outboxtest.Event(nil), kept...), erased...), got)
+	t.Logf("after the second failover: %v", rep)
+	if !rep.OK() || (eos && rep.Duplicates != 0) {
+		t.Fatalf("delivery after the second failover: %v", rep)
+	}
+	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(wantErased) {
+		t.Errorf("walbox_failover_erased_events_total = %v after the second failover, want still %d: the second standby had everything", n, wantErased)
+	}
+}
+
+// TestRelayFollowsTwoFailoversInARow: the promoted standby gets a standby of
+// its own, fails in turn, and walbox follows to timeline 3 through the same
+// endpoint, at least once and exactly once, losing nothing.
+func TestRelayFollowsTwoFailoversInARow(t *testing.T) {
+	for _, v := range failoverVersions(t) {
+		t.Run(v.String(), func(t *testing.T) {
+			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, failoverCase{twice: true}) })
+			t.Run("exactly-once", func(t *testing.T) { testFailover(t, v, failoverCase{twice: true, eos: true}) })
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -99,5 +100,31 @@ func TestDedupWindowForgetsFromTheSwitchPoint(t *testing.T) {
 	w.prepareReplay(nil) // a further reconnect rebuilds it from the ring
 	if w.seen(replayKey{commit: 0x300}) {
 		t.Fatal("the ring still holds a key of the erased history")
+	}
+}
+
+// TestFailoverErasedIsReported: the events a failover erased are what
+// /readyz reports (FailoverErased), summed over failovers, with the time
+// of the last; before any, nothing.
+func TestFailoverErasedIsReported(t *testing.T) {
+	tl := newTestLoop(t, Config{}, &fakeProducer{})
+	r := tl.relay
+	if n, at := r.FailoverErased(); n != 0 || !at.IsZero() {
+		t.Fatalf("before a failover: %d at %v, want nothing", n, at)
+	}
+	old := History{SystemID: "71", Timeline: 1, Database: "app", Slot: "walbox"}
+	promoted := serverHistory{History: old, WALEnd: 0x9000, Switches: map[int32]pglogrepl.LSN{1: 0x2000}}
+	promoted.Timeline = 2
+	r.history = old
+	for _, c := range []pglogrepl.LSN{0x1000, 0x3000, 0x3000, 0x4000} {
+		r.sent.add(c)
+	}
+	before := time.Now()
+	if start := r.adoptHistory(0x5000, promoted); start != 0x2000 {
+		t.Fatalf("start %s, want the switch point 0/2000", start)
+	}
+	n, at := r.FailoverErased()
+	if n != 3 || at.Before(before.Add(-time.Second)) {
+		t.Fatalf("after the failover: %d at %v, want the 3 events committed after 0/2000, now", n, at)
 	}
 }

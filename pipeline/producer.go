@@ -75,7 +75,10 @@ func (c KafkaConfig) connOpts() []kgo.Opt {
 //     and per-partition order holds with several requests in flight;
 //   - no record retry limit and no delivery timeout: a record is never given
 //     up on because Kafka is down for a while; the relay stops confirming
-//     instead and resumes by itself;
+//     instead and resumes by itself. Only when its replication session is
+//     lost does the relay purge what Kafka has not acknowledged within a
+//     bound (Config.LostSessionFlushTimeout), so that it cannot land after
+//     what the slot's next holder sends;
 //   - the sticky key partitioner with murmur2 hashing, the Java client's
 //     default for keyed records, so an aggregate lands on the partition Java
 //     producers and Kafka Streams expect. Changing the key encoding or this
@@ -117,6 +120,15 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	if c.TransactionalID != "" {
 		opts = append(opts, kgo.TransactionalID(c.TransactionalID),
 			kgo.TransactionTimeout(cmpOr(c.TransactionTimeout, DefaultTransactionTimeout)))
+	} else {
+		// Lets the relay purge records whose produce request is out but
+		// unanswered when a replication session is lost (Relay's
+		// flushLostSession); without it franz-go waits for their answer,
+		// however long a partition lasts. The price is a possible
+		// duplicate of such a record, which at-least-once accepts: the
+		// slot's next holder sends it again anyway. Nothing else cancels
+		// a record: no delivery timeout, no retry limit, no context.
+		opts = append(opts, kgo.AllowIdempotentProduceCancellation())
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

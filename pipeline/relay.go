@@ -63,9 +63,11 @@ type Relay struct {
 	tracker *checkpoint.Tracker
 	dec     *decoder.Decoder
 
-	failOnce sync.Once
-	failure  atomic.Pointer[error]
-	failed   chan struct{}
+	// failure is the first permanent failure; failed is closed when it is
+	// set. Only standByAfterFence clears them, between sessions.
+	failMu  sync.Mutex
+	failure atomic.Pointer[error]
+	failed  chan struct{}
 
 	streaming atomic.Bool
 	// standby is set while the slot is held by another process and
@@ -76,6 +78,11 @@ type Relay struct {
 
 	// eos is the exactly-once state (txn.go); nil in at-least-once mode.
 	eos *eosState
+
+	// erasedEvents and erasedAt (Unix nanoseconds) report what failovers
+	// erased since the start (FailoverErased).
+	erasedEvents atomic.Uint64
+	erasedAt     atomic.Int64
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
@@ -126,10 +133,12 @@ func (r *Relay) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(r.confirmed.Loa
 // fail records the first permanent failure and wakes the loop. Safe for
 // concurrent use (called from promise callbacks).
 func (r *Relay) fail(err error) {
-	r.failOnce.Do(func() {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	if r.failure.Load() == nil {
 		r.failure.Store(&err)
 		close(r.failed)
-	})
+	}
 }
 
 func (r *Relay) failureErr() error {
@@ -158,8 +167,12 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		if err == nil {
 			return nil
 		}
+		fenced := false
 		if ferr := r.failureErr(); ferr != nil {
-			return ferr
+			if !r.standByAfterFence(ferr) {
+				return ferr
+			}
+			err, fenced = ferr, true
 		}
 		if !streamed && ctx.Err() != nil {
 			// Stopped while connecting or starting replication: nothing
@@ -167,14 +180,16 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			// error is only the interrupted call's.
 			return nil
 		}
-		if !IsRetryable(err) && !isTxnAborted(err) {
+		if !fenced && !IsRetryable(err) && !isTxnAborted(err) {
 			return err
 		}
 		if streamed {
 			attempt = 0
 		}
-		standby := false
-		if isSlotBusy(err) {
+		standby := fenced
+		if fenced {
+			r.enterStandby(err)
+		} else if isSlotBusy(err) {
 			if r.cfg.Standby {
 				standby = true
 				r.enterStandby(err)
@@ -192,15 +207,28 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		}
 		// Let everything in flight settle before replaying: records Kafka
 		// acks now enter the dedup window, and the replay starts past every
-		// transaction they complete.
-		if err := r.producer.Flush(ctx); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("flush before reconnect: %w", err)
+		// transaction they complete. What Kafka does not ack in time is
+		// purged (flushLostSession).
+		purged, perr := r.flushLostSession(ctx)
+		if perr != nil {
+			return perr
 		}
 		// Refused records not yet dead-lettered belong to transactions the
 		// replay sends again; they are produced again from there.
 		r.dedup.prepareReplay(r.reroute.take())
+		if purged {
+			// The purged records are unacknowledged but remembered in
+			// the window (it assumes a flush settles everything): forget
+			// every unconfirmed transaction, which the replay sends again
+			// whole (a few acknowledged records twice, at least once).
+			r.dedup.forgetFrom(r.tracker.Confirmed())
+		}
 		if ferr := r.failureErr(); ferr != nil {
-			return ferr
+			if !r.standByAfterFence(ferr) {
+				return ferr
+			}
+			standby = true
+			r.enterStandby(ferr)
 		}
 		delay := r.cfg.StandbyRetry
 		if !standby {
@@ -218,6 +246,70 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			return nil
 		}
 	}
+}
+
+// bufferAborter is the part of *kgo.Client that purges buffered records.
+type bufferAborter interface {
+	AbortBufferedRecords(ctx context.Context) error
+}
+
+var _ bufferAborter = (*kgo.Client)(nil)
+
+// flushLostSession waits, at most LostSessionFlushTimeout, for Kafka to
+// acknowledge the records of the session that just ended, then purges the
+// rest. franz-go retries a record without limit (no delivery timeout, so a
+// live session survives any Kafka outage); but once the session is gone
+// the slot may have a new holder (a standby, after wal_sender_timeout)
+// that sends the same transactions again and newer ones after them. An old
+// record delivered after those would put an old state of its key last in
+// the partition: compacted topics, KTables and upserting consumers would
+// regress. Purged records are never lost: nothing past the first of them
+// was confirmed, so whoever streams the slot next sends them again.
+func (r *Relay) flushLostSession(ctx context.Context) (purged bool, err error) {
+	ab, ok := r.producer.(bufferAborter)
+	if !ok {
+		// A producer that cannot purge is waited for, as long as it takes.
+		if err := r.producer.Flush(ctx); err != nil && ctx.Err() == nil {
+			return false, fmt.Errorf("flush before reconnect: %w", err)
+		}
+		return false, nil
+	}
+	if r.eos == nil && r.inflight.records.Load() == 0 {
+		// Nothing to wait for (a standby's retry, say): no Flush, which
+		// logs a line each time. (In exactly-once mode the state record
+		// is not counted in flight, and a transactional client logs its
+		// flushes at debug level.)
+		return false, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.LostSessionFlushTimeout)
+	err = r.producer.Flush(fctx)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return false, nil
+	}
+	pending := r.inflight.records.Load()
+	// AbortBufferedRecords waits for the produce requests already sent to
+	// be answered or to time out (their records may still land; nothing
+	// newer does); a client stuck even then is left to the process exit,
+	// which closes it and fails what it holds.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := ab.AbortBufferedRecords(actx); err != nil {
+		if r.eos != nil {
+			// Records of a Kafka transaction that is never committed
+			// stay invisible to read_committed consumers; the next
+			// session aborts it, or the holder's producer id load does.
+			r.log.Warn("could not purge the records of the lost session; they belong to a kafka transaction that is aborted instead",
+				"slot", r.cfg.Slot, "records", pending, "err", err)
+			return true, nil
+		}
+		return true, fmt.Errorf("purge the %d records Kafka did not acknowledge within %s of the end of the replication session: %w; walbox stops so that its Kafka client is closed and cannot deliver them later (the slot's next holder sends them again)",
+			pending, r.cfg.LostSessionFlushTimeout, err)
+	}
+	r.log.Warn("purged the records Kafka did not acknowledge within the bound after the replication session ended; the slot's next holder sends them again from the confirmed position",
+		"slot", r.cfg.Slot, "records", pending, "bound", r.cfg.LostSessionFlushTimeout.String(),
+		"confirmed_lsn", r.tracker.Confirmed().String())
+	return true, nil
 }
 
 // Backoff returns the delay before retry number attempt (from 0): capped

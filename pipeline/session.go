@@ -570,6 +570,12 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		l.eosSettleError(rec, m, err)
 		return
 	}
+	if err != nil && errors.Is(err, kgo.ErrAborting) {
+		// Purged after the session ended (flushLostSession): not
+		// confirmed, so the slot's next holder sends it again.
+		l.inflight.release(m.size)
+		return
+	}
 	if err != nil {
 		l.metrics.produceErrors.Inc()
 		if tooLarge(err) && !l.recordTooLarge(rec) {

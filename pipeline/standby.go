@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -59,4 +60,29 @@ func slotHeldElsewhere(ctx context.Context, connString, slot string) (bool, erro
 		return false, fmt.Errorf("read whether slot %q is active: %w", slot, err)
 	}
 	return active, nil
+}
+
+// standByAfterFence decides what a fenced exactly-once relay does: with
+// Config.Standby it stands by, as a standby that lost the slot does,
+// instead of stopping (it returns true after clearing the failure); a
+// relay without Standby, or without NewTxnProducer to replace its fenced
+// client, stops as before. Fencing means another instance loaded the
+// producer id of the transactional id: usually the slot's new holder,
+// after this one was cut off. The slot decides who streams; the standby
+// checks it every StandbyRetry and, once it is free, takes it back with a
+// new client whose producer id load fences the other in turn. Nothing is
+// confirmed while fenced (eosState.fenced), and the next session starts
+// from what Kafka committed.
+func (r *Relay) standByAfterFence(ferr error) bool {
+	if r.eos == nil || !r.cfg.Standby || r.cfg.NewTxnProducer == nil || !errors.Is(ferr, ErrFenced) {
+		return false
+	}
+	r.failMu.Lock()
+	r.failure.Store(nil)
+	r.failed = make(chan struct{})
+	r.failMu.Unlock()
+	r.eos.fenced.Store(false)
+	r.log.Warn("exactly-once: another instance took over the transactional id (fenced); standing by until the slot is free, then taking it back",
+		"slot", r.cfg.Slot, "transactional_id", r.eos.txnID, "err", ferr)
+	return true
 }

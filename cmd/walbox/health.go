@@ -16,6 +16,7 @@ import (
 type relayState interface {
 	Standby() bool
 	Streaming() bool
+	FailoverErased() (events uint64, at time.Time)
 }
 
 var _ relayState = (*pipeline.Relay)(nil)
@@ -121,7 +122,13 @@ const readyCacheTTL = time.Second
 
 // readiness is the /readyz handler: 200 only while the relay streams from
 // the slot and a Kafka broker answers a ping; 503 with the reason while
-// standby, connecting, reconnecting, or Kafka is unreachable. The reason
+// standby, connecting, reconnecting, or Kafka is unreachable. After a
+// failover that erased events already sent to Kafka it stays 200 but says
+// "streaming, degraded: ..." with the count: the condition is for
+// consumers to compensate, not something a restart or an unready pod
+// fixes (a 503 would stall rolling updates and a failing probe would
+// restart walbox in a loop and lose the count); the alert rule
+// WalboxFailoverErasedEvents pages on the metric. The reason
 // never includes the ping's error text (it names brokers, users and
 // causes, and the endpoint is unauthenticated): that is logged, once per
 // ping. Safe for concurrent use.
@@ -175,6 +182,11 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	}
 	if h.kafka != nil && !h.kafkaOK() {
 		notReady("kafka unreachable (the cause is in walbox's log)")
+		return
+	}
+	if n, at := h.relay.FailoverErased(); n > 0 {
+		fmt.Fprintf(w, "streaming, degraded: a failover at %s erased %d events already sent to Kafka (transactions the database no longer has; consumers may need to compensate; details in walbox's log)\n",
+			at.Format(time.RFC3339), n)
 		return
 	}
 	fmt.Fprintln(w, "streaming")

@@ -8,12 +8,22 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
-type fakeRelayState struct{ standby, streaming bool }
+type fakeRelayState struct {
+	standby, streaming bool
+	erased             uint64
+}
 
 func (f fakeRelayState) Standby() bool   { return f.standby }
 func (f fakeRelayState) Streaming() bool { return f.streaming }
+func (f fakeRelayState) FailoverErased() (uint64, time.Time) {
+	if f.erased == 0 {
+		return 0, time.Time{}
+	}
+	return f.erased, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+}
 
 type fakePinger struct{ err error }
 
@@ -34,6 +44,11 @@ func TestReadyz(t *testing.T) {
 		{"standby", fakeRelayState{standby: true}, fakePinger{}, 503, "standby"},
 		{"reconnecting", fakeRelayState{}, fakePinger{}, 503, "not streaming"},
 		{"kafka down", fakeRelayState{streaming: true}, down, 503, "kafka unreachable"},
+		// A failover erased events already in Kafka: visible, but ready
+		// (a 503 or a failing probe would stall rollouts or restart
+		// walbox in a loop, and fix nothing).
+		{"erased by a failover", fakeRelayState{streaming: true, erased: 7}, fakePinger{}, 200,
+			"streaming, degraded: a failover at 2026-12-01T12:00:00Z erased 7 events already sent to Kafka"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
