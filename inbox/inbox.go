@@ -287,7 +287,7 @@ type Beginner interface {
 }
 
 // Process applies rec once in a transaction of its own: it begins one on db,
-// calls Handle and commits, or rolls back when Handle fails.
+// calls Handle and commits, or rolls back when Handle fails or fn panics.
 //
 // When db is a *pgx.Conn or a pool and Process returns nil, the event has
 // been applied and committed, now or before (applied says which), and the
@@ -314,8 +314,8 @@ func (ib *Inbox) Process(ctx context.Context, db Beginner, rec *kgo.Record, fn H
 
 // ProcessBatch applies recs, each at most once, in one transaction of its
 // own: it begins one on db, calls HandleBatch and commits, or rolls back
-// when HandleBatch fails. It is the safe way to apply a whole poll: on any
-// error nothing of the batch is committed (except when the commit itself
+// when HandleBatch fails or a handler panics (the panic goes on). It is
+// the safe way to apply a whole poll: on any error nothing of the batch is committed (except when the commit itself
 // failed on a lost connection, when all of it may have been), so deliver
 // the batch again, from its first record; the inbox skips what was applied.
 //
@@ -332,7 +332,17 @@ func (ib *Inbox) ProcessBatch(ctx context.Context, db Beginner, recs []*kgo.Reco
 	if err != nil {
 		return nil, fmt.Errorf("inbox %s: begin transaction for %d records from topic=%s partition=%d offset=%d: %w", ib.table, len(recs), first.Topic, first.Partition, first.Offset, err)
 	}
+	// A panicking handler must not leave the transaction open: a caller
+	// that recovers would find its connection stuck in an aborted
+	// transaction (a pool's, never released).
+	panicked := true
+	defer func() {
+		if panicked {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	applied, err = ib.HandleBatch(ctx, tx, recs, fn)
+	panicked = false
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx)) // HandleBatch's error says why; a dead connection rolls back by itself
 		return nil, err
