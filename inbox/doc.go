@@ -81,8 +81,11 @@
 //
 // # Records the inbox refuses
 //
-// A record whose id is missing or empty, or that carries the header
-// several times with different values, is refused with ErrMissingEventID
+// A record whose id is missing or empty, that carries the header several
+// times with different values, or whose id is not text PostgreSQL can store
+// (a NUL byte or invalid UTF-8, such as a UUID sent as 16 raw bytes; turn
+// it into text, hex say, in rec.Headers before handing every copy of the
+// record to the inbox), is refused with ErrMissingEventID
 // naming the record's topic, partition and offset, before anything is
 // written; in a batch, the whole batch is refused. It is never skipped nor
 // applied unguarded: stop, leave its offset uncommitted, and fix the cause.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,8 +69,9 @@ type HandlerFunc func(ctx context.Context, tx pgx.Tx) error
 type RecordFunc func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error
 
 // EventID returns rec's event id: the value of the configured header. A
-// header that is missing or empty, or repeated with different values, is an
-// error wrapping ErrMissingEventID that names the record's topic, partition
+// header that is missing or empty, repeated with different values, or not
+// text PostgreSQL can store (a NUL byte, invalid UTF-8), is an error
+// wrapping ErrMissingEventID that names the record's topic, partition
 // and offset.
 func (ib *Inbox) EventID(rec *kgo.Record) (string, error) {
 	var id []byte
@@ -91,6 +93,10 @@ func (ib *Inbox) EventID(rec *kgo.Record) (string, error) {
 		}
 		return "", fmt.Errorf("%w: record topic=%s partition=%d offset=%d has %s %q header; check that the producer sets it (walbox sends none for a row whose id column is missing or NULL), or set Config.Header to the header that carries the event id (walbox: event_id; walbox's Debezium-compatible records: id)",
 			ErrMissingEventID, rec.Topic, rec.Partition, rec.Offset, what, ib.cfg.Header)
+	}
+	if bytes.IndexByte(id, 0) >= 0 || !utf8.Valid(id) {
+		return "", fmt.Errorf("%w: record topic=%s partition=%d offset=%d has a %q header of %d bytes that is not text (%q): the inbox stores ids as PostgreSQL text, which holds neither NUL bytes nor invalid UTF-8; for binary ids (a UUID as 16 raw bytes, say), replace the header's value with a text form of it (hex) in rec.Headers before handing every copy of the record to the inbox",
+			ErrMissingEventID, rec.Topic, rec.Partition, rec.Offset, ib.cfg.Header, len(id), id)
 	}
 	return string(id), nil
 }

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -60,5 +61,33 @@ func TestProcessBatchPanicRollsBack(t *testing.T) {
 
 	if balance, calls := account(t, connect(t, e.dsn)); balance != 3 || calls != 3 {
 		t.Fatalf("balance %d after %d calls, want 3 after 3 (the panicking batches left nothing)", balance, calls)
+	}
+}
+
+// TestUnstorableEventID: an event id PostgreSQL's text cannot hold (a NUL
+// byte; bytes that are not UTF-8, such as a UUID sent as its 16 raw bytes)
+// is refused like a missing one, with ErrMissingEventID naming the record,
+// before anything is written: it used to fail the batch's INSERT with an
+// encoding error that named no record and aborted the caller's
+// transaction.
+func TestUnstorableEventID(t *testing.T) {
+	e := newEnv(t, inbox.Config{Consumer: "billing"})
+	conn := connect(t, e.dsn)
+	for _, id := range []string{"a\x00b", "\x9f\x01\xc3\x28"} {
+		tx, err := conn.Begin(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := []*kgo.Record{record("e-0", 0), record(id, 1)}
+		_, err = e.ib.HandleBatch(ctx(t), tx, recs, depositEach)
+		if !errors.Is(err, inbox.ErrMissingEventID) || !strings.Contains(err.Error(), "offset=1") {
+			t.Fatalf("id %q: %v; want ErrMissingEventID naming offset 1", id, err)
+		}
+		if _, err := tx.Exec(ctx(t), `SELECT 1`); err != nil {
+			t.Fatalf("id %q: the transaction is no longer usable after the refusal: %v", id, err)
+		}
+		if err := tx.Rollback(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
