@@ -48,8 +48,9 @@ type Config struct {
 	// (consumer, source, event id): an event is skipped only when one with
 	// the same id from the same source was applied. nil (the default) puts
 	// every record in the source "", so ids must be unique across
-	// everything the consumer reads. An error refuses the record before
-	// anything is written. SourceTopic keys by the record's topic. The
+	// everything the consumer reads. An error, or a name that is not text
+	// PostgreSQL can store (a NUL byte, invalid UTF-8), refuses the record
+	// before anything is written. SourceTopic keys by the record's topic. The
 	// function must be deterministic: a copy of an event that maps to
 	// another source than the first is applied again.
 	Source func(rec *kgo.Record) (string, error)

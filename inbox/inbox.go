@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -127,6 +128,10 @@ func (ib *Inbox) entries(recs []*kgo.Record) ([]entry, error) {
 				return nil, fmt.Errorf("inbox %s: record %d of %d (topic=%s partition=%d offset=%d, event %q): Config.Source: %w",
 					ib.table, i+1, len(recs), rec.Topic, rec.Partition, rec.Offset, id, err)
 			}
+		}
+		if strings.IndexByte(source, 0) >= 0 || !utf8.ValidString(source) {
+			return nil, fmt.Errorf("inbox %s: record %d of %d (topic=%s partition=%d offset=%d, event %q): Config.Source returned %q, which is not text PostgreSQL can store (a NUL byte or invalid UTF-8): return a text name",
+				ib.table, i+1, len(recs), rec.Topic, rec.Partition, rec.Offset, id, source)
 		}
 		k := key{source, id}
 		es[i] = entry{rec: rec, key: k, first: !seen[k]}

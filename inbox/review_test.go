@@ -91,3 +91,32 @@ func TestUnstorableEventID(t *testing.T) {
 		}
 	}
 }
+
+// TestUnstorableSource: a Config.Source that returns a name PostgreSQL's
+// text cannot hold refuses the batch naming the record, before anything is
+// written, like a Source's error (it failed the INSERT naming no record).
+func TestUnstorableSource(t *testing.T) {
+	e := newEnv(t, inbox.Config{Consumer: "billing"})
+	ib, err := inbox.New(inbox.Config{Consumer: "billing", Source: func(rec *kgo.Record) (string, error) {
+		if rec.Offset == 1 {
+			return "t\x00", nil
+		}
+		return rec.Topic, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, e.dsn)
+	tx, err := conn.Begin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = ib.HandleBatch(ctx(t), tx, records(0, 2), depositEach)
+	if err == nil || !strings.Contains(err.Error(), "offset=1") || !strings.Contains(err.Error(), "Config.Source") {
+		t.Fatalf("HandleBatch = %v; want an error naming offset 1 and Config.Source", err)
+	}
+	if _, err := tx.Exec(ctx(t), `SELECT 1`); err != nil {
+		t.Fatalf("the transaction is no longer usable after the refusal: %v", err)
+	}
+}
