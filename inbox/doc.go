@@ -21,7 +21,11 @@
 //		return err
 //	})
 //	if err != nil {
-//		// Nothing of the batch is committed: have it delivered again.
+//		// Nothing of the batch is committed. Never poll on (the next
+//		// batch's offsets would cover this one): stop and restart the
+//		// client without committing, and the group resumes from the
+//		// committed offsets; the inbox skips what was applied.
+//		return err
 //	}
 //	err = cl.CommitRecords(ctx, fetches.Records()...) // only after ProcessBatch returned nil
 //
