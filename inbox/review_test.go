@@ -3,8 +3,10 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -118,5 +120,58 @@ func TestUnstorableSource(t *testing.T) {
 	}
 	if _, err := tx.Exec(ctx(t), `SELECT 1`); err != nil {
 		t.Fatalf("the transaction is no longer usable after the refusal: %v", err)
+	}
+}
+
+// TestSimpleProtocol: behind pgbouncer in transaction mode a consumer runs
+// pgx with QueryExecModeSimpleProtocol (or Exec), so the arrays of the
+// batch's INSERT and Cleanup's arguments go as literals. Ids that need
+// quoting inside an array literal (quotes, backslashes, commas, braces,
+// spaces, the word NULL, an empty source) are recorded as themselves.
+func TestSimpleProtocol(t *testing.T) {
+	odd := []string{`NULL`, `null`, `a"b`, `a\b`, `a,b`, `{x}`, ` sp `, `it's`, `$1`, `é`}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeDescribeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, inbox.Config{Consumer: "billing", Source: inbox.SourceTopic})
+			cfg, err := pgx.ParseConfig(e.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DefaultQueryExecMode = mode
+			conn, err := pgx.ConnectConfig(ctx(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			var recs []*kgo.Record
+			for i, id := range odd {
+				recs = append(recs, record(id, int64(i)))
+			}
+			for round, want := range []bool{true, false} {
+				applied, err := e.ib.ProcessBatch(ctx(t), conn, recs, depositEach)
+				if err != nil || len(applied) != len(odd) {
+					t.Fatalf("round %d: %v, %v", round, applied, err)
+				}
+				for i, a := range applied {
+					if a != want {
+						t.Fatalf("round %d: id %q applied=%v, want %v", round, odd[i], a, want)
+					}
+				}
+			}
+			rows, err := conn.Query(ctx(t), `SELECT event_id FROM walbox_inbox ORDER BY kafka_offset`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(odd) {
+				t.Fatalf("stored ids %q, %v; want %q", got, err, odd)
+			}
+			if _, err := conn.Exec(ctx(t), `UPDATE walbox_inbox SET received_at = now() - interval '2 hours'`); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := e.ib.Cleanup(ctx(t), conn, time.Hour, 3); err != nil || n != int64(len(odd)) {
+				t.Fatalf("Cleanup = %d, %v; want %d", n, err, len(odd))
+			}
+		})
 	}
 }
