@@ -16,7 +16,7 @@
 //	ib, err := inbox.New(inbox.Config{Consumer: "billing"})
 //	...
 //	fetches := cl.PollFetches(ctx)
-//	applied, err := ib.ProcessBatch(ctx, db, fetches.Records(), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+//	_, err = ib.ProcessBatch(ctx, db, fetches.Records(), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 //		_, err := tx.Exec(ctx, `UPDATE account SET balance = balance + $1 WHERE id = $2`, amount(rec), id(rec))
 //		return err
 //	})
