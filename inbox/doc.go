@@ -127,6 +127,15 @@
 // other rather than deadlock on the inbox (the handlers' own locks can
 // still deadlock: a 40P01 error, retried like 40001).
 //
+// The wait lasts as long as the first transaction: a former owner frozen
+// mid-batch (a paused process, a handler stuck on a remote call) holds
+// the rows, and the partition's new owner waits with it. Bound it on the
+// consumer's role: idle_in_transaction_session_timeout makes the server
+// end a frozen holder's session (its transaction rolls back, its late
+// COMMIT fails, and the waiter applies the events), and lock_timeout (or a
+// deadline on ctx) bounds the waiter itself (an error: roll back, deliver
+// again).
+//
 // # Table, upgrade and cleanup
 //
 // The table is created by the files of migrations/ applied in order

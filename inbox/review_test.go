@@ -175,3 +175,54 @@ func TestSimpleProtocol(t *testing.T) {
 		})
 	}
 }
+
+// TestFrozenHolderEndedByIdleTimeout: what the package documentation
+// advises for a former owner frozen mid-batch: with
+// idle_in_transaction_session_timeout on its session, the server ends the
+// frozen transaction, the new owner's waiting batch applies the event, and
+// the former owner's late commit fails, so the event is applied once.
+func TestFrozenHolderEndedByIdleTimeout(t *testing.T) {
+	e := newEnv(t, inbox.Config{Consumer: "billing"})
+	cfg, err := pgx.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "1s"
+	frozen, err := pgx.ConnectConfig(ctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close(context.Background())
+	owner, watch := connect(t, e.dsn), connect(t, e.dsn)
+
+	inside, thaw := make(chan struct{}), make(chan struct{})
+	late := make(chan error, 1)
+	go func() {
+		_, err := e.ib.ProcessBatch(context.Background(), frozen, records(0, 1), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+			if err := depositEach(ctx, tx, rec); err != nil {
+				return err
+			}
+			close(inside)
+			<-thaw // frozen, idle in transaction
+			return nil
+		})
+		late <- err
+	}()
+	<-inside
+	pid := frozen.PgConn().PID()
+	applied, err := e.ib.ProcessBatch(ctx(t), owner, records(0, 1), depositEach)
+	if err != nil || len(applied) != 1 || !applied[0] {
+		t.Fatalf("the new owner's batch: %v, %v; want applied once the frozen transaction was ended", applied, err)
+	}
+	waitFor(t, "the frozen session to be gone", func() bool {
+		var n int
+		return watch.QueryRow(ctx(t), `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n) == nil && n == 0
+	})
+	close(thaw)
+	if err := <-late; err == nil {
+		t.Fatal("the frozen owner's late commit succeeded; the server should have ended its transaction")
+	}
+	if balance, calls := account(t, watch); balance != 1 || calls != 1 {
+		t.Fatalf("balance %d after %d calls, want 1 after 1", balance, calls)
+	}
+}
