@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -92,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsFunc(c.Consumer, unicode.IsControl) {
 		return fmt.Errorf("%w: Consumer %q contains a control character", ErrInvalidConfig, c.Consumer)
+	}
+	if !utf8.ValidString(c.Consumer) {
+		return fmt.Errorf("%w: Consumer %q is not valid UTF-8, which PostgreSQL's text refuses", ErrInvalidConfig, c.Consumer)
 	}
 	return nil
 }
