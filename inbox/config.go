@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,8 +49,9 @@ type Config struct {
 	// (consumer, source, event id): an event is skipped only when one with
 	// the same id from the same source was applied. nil (the default) puts
 	// every record in the source "", so ids must be unique across
-	// everything the consumer reads. An error refuses the record before
-	// anything is written. SourceTopic keys by the record's topic. The
+	// everything the consumer reads. An error, or a name that is not text
+	// PostgreSQL can store (a NUL byte, invalid UTF-8), refuses the record
+	// before anything is written. SourceTopic keys by the record's topic. The
 	// function must be deterministic: a copy of an event that maps to
 	// another source than the first is applied again.
 	Source func(rec *kgo.Record) (string, error)
@@ -91,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsFunc(c.Consumer, unicode.IsControl) {
 		return fmt.Errorf("%w: Consumer %q contains a control character", ErrInvalidConfig, c.Consumer)
+	}
+	if !utf8.ValidString(c.Consumer) {
+		return fmt.Errorf("%w: Consumer %q is not valid UTF-8, which PostgreSQL's text refuses", ErrInvalidConfig, c.Consumer)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ func TestNewValidates(t *testing.T) {
 		{name: "no consumer", cfg: inbox.Config{}, wantErr: "Consumer is empty"},
 		{name: "blank consumer", cfg: inbox.Config{Consumer: "  "}, wantErr: "Consumer is empty"},
 		{name: "control in consumer", cfg: inbox.Config{Consumer: "a\nb"}, wantErr: "control character"},
+		{name: "consumer not UTF-8", cfg: inbox.Config{Consumer: "bill\xffing"}, wantErr: "not valid UTF-8"},
 		{name: "three parts", cfg: inbox.Config{Consumer: "c", Table: "a.b.c"}, wantErr: "expected schema.table"},
 		{name: "quoted", cfg: inbox.Config{Consumer: "c", Table: `"inbox"`}, wantErr: "without quotes"},
 		{name: "empty schema", cfg: inbox.Config{Consumer: "c", Table: ".inbox"}, wantErr: "it is empty"},

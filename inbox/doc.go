@@ -16,12 +16,16 @@
 //	ib, err := inbox.New(inbox.Config{Consumer: "billing"})
 //	...
 //	fetches := cl.PollFetches(ctx)
-//	applied, err := ib.ProcessBatch(ctx, db, fetches.Records(), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+//	_, err = ib.ProcessBatch(ctx, db, fetches.Records(), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 //		_, err := tx.Exec(ctx, `UPDATE account SET balance = balance + $1 WHERE id = $2`, amount(rec), id(rec))
 //		return err
 //	})
 //	if err != nil {
-//		// Nothing of the batch is committed: have it delivered again.
+//		// Nothing of the batch is committed. Never poll on (the next
+//		// batch's offsets would cover this one): stop and restart the
+//		// client without committing, and the group resumes from the
+//		// committed offsets; the inbox skips what was applied.
+//		return err
 //	}
 //	err = cl.CommitRecords(ctx, fetches.Records()...) // only after ProcessBatch returned nil
 //
@@ -81,8 +85,11 @@
 //
 // # Records the inbox refuses
 //
-// A record whose id is missing or empty, or that carries the header
-// several times with different values, is refused with ErrMissingEventID
+// A record whose id is missing or empty, that carries the header several
+// times with different values, or whose id is not text PostgreSQL can store
+// (a NUL byte or invalid UTF-8, such as a UUID sent as 16 raw bytes; turn
+// it into text, hex say, in rec.Headers before handing every copy of the
+// record to the inbox), is refused with ErrMissingEventID
 // naming the record's topic, partition and offset, before anything is
 // written; in a batch, the whole batch is refused. It is never skipped nor
 // applied unguarded: stop, leave its offset uncommitted, and fix the cause.
@@ -119,6 +126,15 @@
 // its ids in sorted order, so two batches sharing events wait for each
 // other rather than deadlock on the inbox (the handlers' own locks can
 // still deadlock: a 40P01 error, retried like 40001).
+//
+// The wait lasts as long as the first transaction: a former owner frozen
+// mid-batch (a paused process, a handler stuck on a remote call) holds
+// the rows, and the partition's new owner waits with it. Bound it on the
+// consumer's role: idle_in_transaction_session_timeout makes the server
+// end a frozen holder's session (its transaction rolls back, its late
+// COMMIT fails, and the waiter applies the events), and lock_timeout (or a
+// deadline on ctx) bounds the waiter itself (an error: roll back, deliver
+// again).
 //
 // # Table, upgrade and cleanup
 //

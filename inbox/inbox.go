@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,8 +70,9 @@ type HandlerFunc func(ctx context.Context, tx pgx.Tx) error
 type RecordFunc func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error
 
 // EventID returns rec's event id: the value of the configured header. A
-// header that is missing or empty, or repeated with different values, is an
-// error wrapping ErrMissingEventID that names the record's topic, partition
+// header that is missing or empty, repeated with different values, or not
+// text PostgreSQL can store (a NUL byte, invalid UTF-8), is an error
+// wrapping ErrMissingEventID that names the record's topic, partition
 // and offset.
 func (ib *Inbox) EventID(rec *kgo.Record) (string, error) {
 	var id []byte
@@ -91,6 +94,10 @@ func (ib *Inbox) EventID(rec *kgo.Record) (string, error) {
 		}
 		return "", fmt.Errorf("%w: record topic=%s partition=%d offset=%d has %s %q header; check that the producer sets it (walbox sends none for a row whose id column is missing or NULL), or set Config.Header to the header that carries the event id (walbox: event_id; walbox's Debezium-compatible records: id)",
 			ErrMissingEventID, rec.Topic, rec.Partition, rec.Offset, what, ib.cfg.Header)
+	}
+	if bytes.IndexByte(id, 0) >= 0 || !utf8.Valid(id) {
+		return "", fmt.Errorf("%w: record topic=%s partition=%d offset=%d has a %q header of %d bytes that is not text (%q): the inbox stores ids as PostgreSQL text, which holds neither NUL bytes nor invalid UTF-8; for binary ids (a UUID as 16 raw bytes, say), replace the header's value with a text form of it (hex) in rec.Headers before handing every copy of the record to the inbox",
+			ErrMissingEventID, rec.Topic, rec.Partition, rec.Offset, ib.cfg.Header, len(id), id)
 	}
 	return string(id), nil
 }
@@ -121,6 +128,10 @@ func (ib *Inbox) entries(recs []*kgo.Record) ([]entry, error) {
 				return nil, fmt.Errorf("inbox %s: record %d of %d (topic=%s partition=%d offset=%d, event %q): Config.Source: %w",
 					ib.table, i+1, len(recs), rec.Topic, rec.Partition, rec.Offset, id, err)
 			}
+		}
+		if strings.IndexByte(source, 0) >= 0 || !utf8.ValidString(source) {
+			return nil, fmt.Errorf("inbox %s: record %d of %d (topic=%s partition=%d offset=%d, event %q): Config.Source returned %q, which is not text PostgreSQL can store (a NUL byte or invalid UTF-8): return a text name",
+				ib.table, i+1, len(recs), rec.Topic, rec.Partition, rec.Offset, id, source)
 		}
 		k := key{source, id}
 		es[i] = entry{rec: rec, key: k, first: !seen[k]}
@@ -287,7 +298,7 @@ type Beginner interface {
 }
 
 // Process applies rec once in a transaction of its own: it begins one on db,
-// calls Handle and commits, or rolls back when Handle fails.
+// calls Handle and commits, or rolls back when Handle fails or fn panics.
 //
 // When db is a *pgx.Conn or a pool and Process returns nil, the event has
 // been applied and committed, now or before (applied says which), and the
@@ -314,8 +325,8 @@ func (ib *Inbox) Process(ctx context.Context, db Beginner, rec *kgo.Record, fn H
 
 // ProcessBatch applies recs, each at most once, in one transaction of its
 // own: it begins one on db, calls HandleBatch and commits, or rolls back
-// when HandleBatch fails. It is the safe way to apply a whole poll: on any
-// error nothing of the batch is committed (except when the commit itself
+// when HandleBatch fails or a handler panics (the panic goes on). It is
+// the safe way to apply a whole poll: on any error nothing of the batch is committed (except when the commit itself
 // failed on a lost connection, when all of it may have been), so deliver
 // the batch again, from its first record; the inbox skips what was applied.
 //
@@ -332,7 +343,17 @@ func (ib *Inbox) ProcessBatch(ctx context.Context, db Beginner, recs []*kgo.Reco
 	if err != nil {
 		return nil, fmt.Errorf("inbox %s: begin transaction for %d records from topic=%s partition=%d offset=%d: %w", ib.table, len(recs), first.Topic, first.Partition, first.Offset, err)
 	}
+	// A panicking handler must not leave the transaction open: a caller
+	// that recovers would find its connection stuck in an aborted
+	// transaction (a pool's, never released).
+	panicked := true
+	defer func() {
+		if panicked {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	applied, err = ib.HandleBatch(ctx, tx, recs, fn)
+	panicked = false
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx)) // HandleBatch's error says why; a dead connection rolls back by itself
 		return nil, err

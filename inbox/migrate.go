@@ -54,14 +54,22 @@ func (ib *Inbox) MigrationSQL() (string, error) {
 
 // Migrate creates the inbox table and its index if they do not exist, and
 // upgrades a table of an earlier version (the SQL of MigrationSQL, in one
-// transaction). Idempotent. Run it as the role that should own the table;
+// transaction). Idempotent, and safe to call from several instances at
+// once (they take turns on an advisory lock). Run it as the role that should own the table;
 // the consumer's role needs SELECT, INSERT and DELETE on it.
 func (ib *Inbox) Migrate(ctx context.Context, db Execer) error {
 	sql, err := ib.MigrationSQL()
 	if err != nil {
 		return err
 	}
-	if _, err := db.Exec(ctx, sql); err != nil {
+	// Every instance of a group may call Migrate at start, several at once
+	// on a new database: CREATE TABLE IF NOT EXISTS racing itself fails one
+	// with a duplicate key on pg_type. A transaction-level advisory lock
+	// named after the table runs them one after the other (the statements
+	// of one Exec are one transaction, or the caller's).
+	lock := `SELECT pg_advisory_xact_lock(hashtext('walbox inbox migrate ' || '` +
+		strings.ReplaceAll(ib.table.sanitize(), "'", "''") + `'));` + "\n"
+	if _, err := db.Exec(ctx, lock+sql); err != nil {
 		return fmt.Errorf("inbox: create or upgrade table %s: %w", ib.table, err)
 	}
 	return nil
