@@ -76,6 +76,10 @@ type Relay struct {
 
 	// eos is the exactly-once state (txn.go); nil in at-least-once mode.
 	eos *eosState
+
+	// spool keeps streamed transactions until they commit (stream.go).
+	spool         *spool
+	streamMetrics *streamMetrics
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
@@ -94,6 +98,8 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 		failed:   make(chan struct{}),
 	}
 	r.metrics = newMetrics(reg, r.inflight)
+	r.streamMetrics = newStreamMetrics(reg)
+	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, r.streamMetrics.spoolBytes)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
 	if cfg.Delivery == DeliveryExactlyOnce {
 		txp, ok := producer.(TxnProducer)
@@ -144,6 +150,7 @@ func (r *Relay) failureErr() error {
 // returns nil) or a permanent error occurs. Retryable failures of the
 // Postgres connection are retried with capped exponential backoff.
 func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
+	defer r.spool.close()
 	r.tracker = checkpoint.New(start)
 	if r.eos != nil {
 		r.eos.safe = start
