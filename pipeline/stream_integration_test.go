@@ -1,0 +1,393 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/walbox/walbox/internal/fulltest"
+	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// smallWorkMem makes the server stream (or, with protocol version 1, spill)
+// every transaction above 64 kB, so the tests need only thousands of rows.
+var smallWorkMem = pgtest.WithSetting("logical_decoding_work_mem", "64kB")
+
+// bulkDDL adds a table outside the publication, for the foreign bulk job.
+const bulkDDL = `CREATE TABLE public.bulk (id int PRIMARY KEY, v text);`
+
+// slotStats reads the server's spill and stream counters of the slot.
+func slotStats(t *testing.T, conn *pgx.Conn, slot string) (spill, stream int64) {
+	t.Helper()
+	if err := conn.QueryRow(context.Background(),
+		`SELECT coalesce(spill_bytes, 0), coalesce(stream_bytes, 0) FROM pg_stat_replication_slots WHERE slot_name = $1`, slot).Scan(&spill, &stream); err != nil {
+		// No row until the slot's first statistics: nothing spilled yet.
+		if err == pgx.ErrNoRows {
+			return 0, 0
+		}
+		t.Fatal(err)
+	}
+	return spill, stream
+}
+
+// writeEvents commits events in one transaction with COPY, as WriteTx does
+// above 8 events, inside tx.
+func copyEvents(ctx context.Context, tx pgx.Tx, events []outboxtest.Event) error {
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		h, _ := json.Marshal(e.Headers)
+		rows[i] = []any{e.ID, e.AggregateType, e.AggregateID, e.EventType, string(e.Payload), string(h)}
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"public", "outbox"},
+		[]string{"id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers"}, pgx.CopyFromRows(rows))
+	return err
+}
+
+// TestStreamingNoServerSpill reproduces the spill on the primary with
+// protocol version 1 (what walbox spoke before streaming, and still speaks
+// with --streaming=false): a bulk UPDATE of a table outside the publication
+// and a large outbox transaction both spill to pg_replslot. With streaming
+// nothing spills, the server streams instead, and every event arrives once,
+// in order.
+func TestStreamingNoServerSpill(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		for _, streaming := range []bool{false, true} {
+			t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+				testServerSpill(t, streaming, pgtest.WithBinDir(v.BinDir))
+			})
+		}
+	})
+}
+
+func testServerSpill(t *testing.T, streaming bool, opts ...func(*pgtest.Options)) {
+	e := startEnvDDL(t, outboxtest.DDL+";\n"+bulkDDL, time.Second, func(c *pipeline.Config) {
+		c.DisableStreaming = !streaming
+		c.SpoolDir = t.TempDir()
+	}, append(opts, smallWorkMem)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rows := fulltest.Pick(20_000, 100_000)
+	if _, err := e.conn.Exec(ctx, `INSERT INTO public.bulk SELECT g, 'x' FROM generate_series(1, $1) g`, rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.conn.Exec(ctx, `UPDATE public.bulk SET v = 'y'`); err != nil {
+		t.Fatal(err)
+	}
+	gen := outboxtest.NewGenerator(11, 20)
+	written := gen.Batch(fulltest.Pick(5_000, 20_000)) // one large outbox transaction
+	if err := outboxtest.WriteTx(ctx, e.conn, written); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		evs := gen.Batch(3)
+		if err := outboxtest.WriteTx(ctx, e.conn, evs); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, evs...)
+	}
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(written) })
+	rep := outboxtest.Check(written, got)
+	if err != nil || !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 {
+		t.Fatalf("delivery: %v (%v)", rep, err)
+	}
+	var spill, stream int64
+	if streaming {
+		// Statistics reach the view a little after the walsender counted
+		// them (PostgreSQL 14's collector); the stream bytes show they did.
+		waitFor(t, 30*time.Second, "stream_bytes of the slot", func() bool {
+			spill, stream = slotStats(t, e.conn, e.slotName)
+			return stream > 0
+		})
+		if spill != 0 {
+			t.Fatalf("server spilled %d bytes for walbox's slot with streaming (streamed %d)", spill, stream)
+		}
+		if n := metricSum(t, e.reg, "walbox_streamed_transactions_total"); n < 1 {
+			t.Errorf("walbox_streamed_transactions_total = %v", n)
+		}
+	} else {
+		waitFor(t, 30*time.Second, "spill_bytes of the slot", func() bool {
+			spill, stream = slotStats(t, e.conn, e.slotName)
+			return spill > 0
+		})
+	}
+	t.Logf("streaming=%v: spill_bytes %d, stream_bytes %d for %d bulk rows and a %d-row outbox transaction", streaming, spill, stream, rows, len(written)-60)
+}
+
+// metricSum sums a metric family of reg by name (0 when absent).
+func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+// TestStreamingAborts: in a streamed transaction a rolled back
+// subtransaction (SAVEPOINT, inserts, ROLLBACK TO) loses exactly its rows,
+// the rows before and after it arrive; a streamed transaction rolled back
+// whole sends nothing; two streamed transactions open at once arrive whole,
+// in commit order (the one that committed first first).
+func TestStreamingAborts(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) { testStreamingAborts(t, pgtest.WithBinDir(v.BinDir)) })
+}
+
+func testStreamingAborts(t *testing.T, opts ...func(*pgtest.Options)) {
+	e := startEnvWith(t, time.Second, func(c *pipeline.Config) { c.SpoolDir = t.TempDir() }, append(opts, smallWorkMem)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	n := fulltest.Pick(2_000, 10_000)
+	// One aggregate, so one partition shows the order across transactions.
+	gen := outboxtest.NewGenerator(12, 1)
+	var written []outboxtest.Event
+
+	// Subtransaction abort.
+	keep1, dropped, keep2 := gen.Batch(n), gen.Batch(n), gen.Batch(n)
+	tx, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func() error{
+		func() error { return copyEvents(ctx, tx, keep1) },
+		func() error { _, err := tx.Exec(ctx, `SAVEPOINT s`); return err },
+		func() error { return copyEvents(ctx, tx, dropped) },
+		func() error { _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT s`); return err },
+		func() error { return copyEvents(ctx, tx, keep2) },
+		func() error { return tx.Commit(ctx) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written = append(append(written, keep1...), keep2...)
+
+	// Whole abort.
+	tx, err = e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := gen.Batch(n)
+	if err := copyEvents(ctx, tx, aborted); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Interleaved: A starts first, B commits first.
+	other, err := pgx.Connect(ctx, e.srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	txA, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txB, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Generated in commit order: the checker's order is the generator's.
+	b1, b2, a1, a2 := gen.Batch(n), gen.Batch(n), gen.Batch(n), gen.Batch(n)
+	for _, step := range []func() error{
+		func() error { return copyEvents(ctx, txA, a1) },
+		func() error { return copyEvents(ctx, txB, b1) },
+		func() error { return copyEvents(ctx, txA, a2) },
+		func() error { return copyEvents(ctx, txB, b2) },
+		func() error { return txB.Commit(ctx) },
+		func() error { return txA.Commit(ctx) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Commit order: B's rows, then A's.
+	written = append(append(append(append(written, b1...), b2...), a1...), a2...)
+	last := gen.Batch(1)
+	if err := outboxtest.WriteTx(ctx, e.conn, last); err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, last...)
+
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
+		for _, g := range got {
+			if g.Headers["event_id"] == last[0].ID {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	rep := outboxtest.Check(written, got)
+	if !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 || len(got) != len(written) {
+		t.Fatalf("delivery: %v, %d records for %d events", rep, len(got), len(written))
+	}
+	// Check's order is per aggregate, and there is one: the sequence is
+	// exactly the commit order. Spell it out anyway.
+	for i, g := range got {
+		if g.Headers["event_id"] != written[i].ID {
+			t.Fatalf("record %d is %s, want %s (commit order)", i, g.Headers["event_id"], written[i].ID)
+		}
+	}
+	// The rolled back subtransaction and transaction were streamed before
+	// their rollback, so the aborts came as Stream Abort messages.
+	if sub, whole := metricSum(t, e.reg, "walbox_streamed_aborts_total"), metricSum(t, e.reg, "walbox_streamed_transactions_total"); sub < 2 || whole < 3 {
+		t.Errorf("walbox_streamed_aborts_total %v (want at least the subtransaction and the transaction), walbox_streamed_transactions_total %v (want at least 3)", sub, whole)
+	}
+	_, stream := slotStats(t, e.conn, e.slotName)
+	t.Logf("%d events in order; stream_bytes %d", len(got), stream)
+}
+
+// TestStreamingNothingBeforeCommitAndDroppedConnection: the rows of an open
+// transaction stream to walbox but reach Kafka only after the commit; the
+// replication connection is killed while the transaction is open and
+// streamed in part, and after the reconnect (the server streams it again
+// from its start) every row arrives once.
+func TestStreamingNothingBeforeCommitAndDroppedConnection(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) { testStreamingDroppedConnection(t, pgtest.WithBinDir(v.BinDir)) })
+}
+
+func testStreamingDroppedConnection(t *testing.T, opts ...func(*pgtest.Options)) {
+	e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) { c.SpoolDir = t.TempDir() }, append(opts, smallWorkMem)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	gen := outboxtest.NewGenerator(13, 10)
+	n := fulltest.Pick(3_000, 20_000)
+	tx, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part1 := gen.Batch(n)
+	if err := copyEvents(ctx, tx, part1); err != nil {
+		t.Fatal(err)
+	}
+	spoolBytes := func() float64 { return metricSum(t, e.reg, "walbox_spool_bytes") }
+	waitFor(t, time.Minute, "walbox to spool the open transaction", func() bool { return spoolBytes() > 0 })
+
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	early, _ := consumer.ReadUntil(pctx, func([]outboxtest.Received) bool { return false })
+	pcancel()
+	if len(early) != 0 {
+		t.Fatalf("%d records in Kafka before the transaction committed", len(early))
+	}
+
+	// The connection drops mid-stream; the transaction goes on.
+	probe, err := pgx.Connect(ctx, e.srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(context.Background())
+	if _, err := probe.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, e.slotName); err != nil {
+		t.Fatal(err)
+	}
+	part2 := gen.Batch(n)
+	if err := copyEvents(ctx, tx, part2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written := append(part1, part2...)
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(written) })
+	rep := outboxtest.Check(written, got)
+	if err != nil || !rep.OK() || rep.Delivered != len(written) {
+		t.Fatalf("delivery after the dropped connection: %v (%v)", rep, err)
+	}
+	if rep.Duplicates != 0 {
+		t.Fatalf("%d duplicates: nothing of the transaction was produced before its commit", rep.Duplicates)
+	}
+	if metricSum(t, e.reg, "walbox_postgres_reconnects_total") < 1 {
+		t.Error("the relay did not reconnect")
+	}
+	waitFor(t, 10*time.Second, "the spool to empty", func() bool { return spoolBytes() == 0 })
+}
+
+// TestStreamingExactlyOnce: a streamed transaction in exactly-once mode
+// (kfake) arrives once for a read_committed consumer, after its commit.
+func TestStreamingExactlyOnce(t *testing.T) {
+	srv := pgtest.Start(t, smallWorkMem)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "eos_stream", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	gen := outboxtest.NewGenerator(14, 10)
+	written := gen.Batch(fulltest.Pick(3_000, 20_000))
+	if err := outboxtest.WriteTx(ctx, conn, written); err != nil {
+		t.Fatal(err)
+	}
+	run := startEOSRelay(t, conn, srv.DSN("postgres"), cluster.ListenAddrs(), "eos_stream", "walbox.state", func(c *pipeline.Config) {
+		c.SpoolDir = t.TempDir()
+		c.StatusInterval = time.Second
+	})
+	consumer, err := outboxtest.NewConsumer(cluster.ListenAddrs(), `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(written) })
+	rep := outboxtest.Check(written, got)
+	if err != nil || !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 {
+		t.Fatalf("exactly-once delivery of a streamed transaction: %v (%v)", rep, err)
+	}
+	if err := run.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	spill, stream := slotStats(t, conn, "eos_stream")
+	t.Logf("exactly-once: %d events once; spill_bytes %d, stream_bytes %d", len(written), spill, stream)
+	if spill != 0 {
+		t.Errorf("server spilled %d bytes with streaming", spill)
+	}
+}
