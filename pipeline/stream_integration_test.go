@@ -391,3 +391,78 @@ func TestStreamingExactlyOnce(t *testing.T) {
 		t.Errorf("server spilled %d bytes with streaming", spill)
 	}
 }
+
+// TestStreamingForeignBulkUpdateNoStall: with the server's default
+// logical_decoding_work_mem (64 MB), an outbox event committed right after
+// a bulk UPDATE of a table outside the publication arrives within a tenth of
+// the UPDATE's own duration with streaming. With protocol version 1 the
+// server spills the UPDATE and decodes it again after its commit before it
+// sends the event (measured and logged, not asserted: it depends on disk
+// and load).
+func TestStreamingForeignBulkUpdateNoStall(t *testing.T) {
+	fulltest.Require(t, "a 1M-row UPDATE with the server's default logical_decoding_work_mem, twice")
+	for _, streaming := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+			e := startEnvDDL(t, outboxtest.DDL+";\n"+bulkDDL, 250*time.Millisecond, func(c *pipeline.Config) {
+				c.DisableStreaming = !streaming
+				c.SpoolDir = t.TempDir()
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			const rows = 1_000_000
+			if _, err := e.conn.Exec(ctx, `INSERT INTO public.bulk SELECT g, 'x' FROM generate_series(1, $1) g`, rows); err != nil {
+				t.Fatal(err)
+			}
+			consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer consumer.Close()
+			// Let the INSERT's own transaction pass first.
+			gen := outboxtest.NewGenerator(15, 5)
+			mark := gen.Batch(1)
+			if err := outboxtest.WriteTx(ctx, e.conn, mark); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return len(got) >= 1 }); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			if _, err := e.conn.Exec(ctx, `UPDATE public.bulk SET v = 'y'`); err != nil {
+				t.Fatal(err)
+			}
+			updateTook := time.Since(began)
+			after := gen.Batch(1)
+			if err := outboxtest.WriteTx(ctx, e.conn, after); err != nil {
+				t.Fatal(err)
+			}
+			committed := time.Now()
+			if _, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
+				for _, g := range got {
+					if g.Headers["event_id"] == after[0].ID {
+						return true
+					}
+				}
+				return false
+			}); err != nil {
+				t.Fatal(err)
+			}
+			lag := time.Since(committed)
+			var spill, stream int64
+			waitFor(t, 30*time.Second, "the slot's statistics", func() bool {
+				spill, stream = slotStats(t, e.conn, e.slotName)
+				return spill > 0 || stream > 0
+			})
+			t.Logf("streaming=%v: %d-row UPDATE took %s; the next event arrived %s after its commit (%.0f%% of the UPDATE); spill_bytes %d, stream_bytes %d",
+				streaming, rows, updateTook.Round(time.Millisecond), lag.Round(time.Millisecond), 100*lag.Seconds()/updateTook.Seconds(), spill, stream)
+			if streaming {
+				if spill != 0 {
+					t.Errorf("server spilled %d bytes with streaming", spill)
+				}
+				if lag > updateTook/10 {
+					t.Errorf("event arrived %s after its commit, more than a tenth of the UPDATE's %s", lag, updateTook)
+				}
+			}
+		})
+	}
+}
