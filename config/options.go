@@ -163,9 +163,9 @@ var options = []*option{
 	{
 		flag: "spool-dir", env: "WALBOX_SPOOL_DIR", yaml: "spool_dir", group: groupPostgres,
 		help: "Directory where streamed transactions wait for their commit (a subdirectory per process, removed on exit and by the next start after a crash); " +
-			"it must be writable once a transaction larger than the server's logical_decoding_work_mem streams",
+			"empty means walbox-spool in the temporary directory ($TMPDIR, else /tmp). It must be writable once a transaction larger than the server's logical_decoding_work_mem streams",
 		value:    stringValue("DIR", func(c *Config) *string { return &c.SpoolDir }),
-		check:    func(c *Config) error { return checkSpoolDir(c.SpoolDir) },
+		check:    func(*Config) error { return nil }, // any path; written only when a transaction streams
 		pipeline: func(c *Config, p *pipeline.Config) { p.SpoolDir = c.SpoolDir },
 	},
 	{
@@ -774,13 +774,6 @@ func checkMessagePrefix(p string) error {
 func checkPositive(d time.Duration) error {
 	if d <= 0 {
 		return badf("expected a duration greater than 0, such as 1s or 500ms")
-	}
-	return nil
-}
-
-func checkSpoolDir(dir string) error {
-	if strings.TrimSpace(dir) == "" {
-		return badf("expected a directory")
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -146,8 +148,8 @@ type Config struct {
 	// and keeps their changes in the spool until they commit (stream.go).
 	DisableStreaming bool
 	// SpoolDir is where streamed transactions wait for their commit, in a
-	// subdirectory per process ("/tmp/walbox-spool": fixed rather than
-	// $TMPDIR, so the documented default is the one in force).
+	// subdirectory per process; empty means "walbox-spool" in
+	// os.TempDir() ($TMPDIR, else /tmp), decided when the relay is built.
 	// It is disposable: a restart sends uncommitted transactions again.
 	SpoolDir string
 	// SpoolMaxBytes bounds the spool (1 GiB). A streamed transaction that
@@ -192,7 +194,6 @@ func DefaultConfig() Config {
 		TransactionTimeout:     DefaultTransactionTimeout,
 		StateTopic:             "walbox.state",
 
-		SpoolDir:      "/tmp/walbox-spool",
 		SpoolMaxBytes: 1 << 30,
 	}
 }
@@ -218,7 +219,7 @@ func (c *Config) setDefaults() {
 		c.StateTopic = d.StateTopic
 	}
 	if c.SpoolDir == "" {
-		c.SpoolDir = d.SpoolDir
+		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
 	}
 	positiveOr(&c.SpoolMaxBytes, d.SpoolMaxBytes)
 	if c.BackoffMax < c.BackoffMin {
