@@ -3,10 +3,12 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -464,5 +466,53 @@ func TestStreamingForeignBulkUpdateNoStall(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStreamingOutboxUpdatePolicy: Debezium mode's outbox-update policy
+// applies inside a streamed transaction too: under fatal, an UPDATE of the
+// outbox among thousands of streamed inserts stops the relay when the
+// transaction is handed on after its commit, as it does for an ordinary
+// transaction, and the slot is not confirmed past it.
+func TestStreamingOutboxUpdatePolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := startEnvWith(t, 50*time.Millisecond, func(c *pipeline.Config) {
+		c.OutboxUpdates = pipeline.OutboxUpdatesFatal
+		c.SpoolDir = t.TempDir()
+	}, smallWorkMem)
+	if _, err := e.conn.Exec(ctx, `ALTER PUBLICATION walbox SET (publish = 'insert, update')`); err != nil {
+		t.Fatal(err)
+	}
+	var before pglogrepl.LSN
+	if err := e.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := copyEvents(ctx, tx, outboxtest.NewGenerator(16, 10).Batch(3000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE outbox SET payload = '{"fixed":true}' WHERE id = (SELECT id FROM outbox LIMIT 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-e.done:
+		if !errors.Is(err, pipeline.ErrOutboxUpdate) {
+			t.Fatalf("relay returned %v, want ErrOutboxUpdate", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("relay kept running after an outbox update under fatal")
+	}
+	if got := e.confirmedFlush(t); got > before {
+		t.Errorf("slot confirmed %s, past the streamed transaction (WAL was at %s before it)", got, before)
+	}
+	if got := metricSum(t, e.reg, "walbox_streamed_transactions_total"); got != 1 {
+		t.Errorf("walbox_streamed_transactions_total = %v: the transaction did not stream", got)
 	}
 }
