@@ -69,8 +69,8 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.eos.server = srv
 	}
 	start = r.adoptHistory(start, srv)
-	args, streamed := r.cfg.pluginArgs(serverMajor(conn.ParameterStatus("server_version")))
-	r.dec.SetStreaming(streamed)
+	args, streams := r.cfg.pluginArgs(serverMajor(conn.ParameterStatus("server_version")))
+	r.dec.SetStreaming(streams)
 	// Whatever an earlier session spooled comes again from its start.
 	r.spool.reset()
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
@@ -85,7 +85,8 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 			return false, err
 		}
 	}
-	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String())
+	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String(),
+		"plugin_args", strings.Join(args, ", "))
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
