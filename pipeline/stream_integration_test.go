@@ -516,3 +516,56 @@ func TestStreamingOutboxUpdatePolicy(t *testing.T) {
 		t.Errorf("walbox_streamed_transactions_total = %v: the transaction did not stream", got)
 	}
 }
+
+// TestStreamingLargeOutboxTransaction: one 500,000-row outbox transaction,
+// written while the relay runs, with the server's default
+// logical_decoding_work_mem: with protocol version 1 the server spills it
+// and sends it only after the COMMIT; streaming, it spills nothing and most
+// of it is in the spool when the COMMIT comes. Every row arrives, in order;
+// the time from COMMIT to the last event is logged for both.
+func TestStreamingLargeOutboxTransaction(t *testing.T) {
+	fulltest.Require(t, "a 500,000-row transaction with the server's default logical_decoding_work_mem, twice")
+	for _, streaming := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+			e := startEnvWith(t, 250*time.Millisecond, func(c *pipeline.Config) {
+				c.DisableStreaming = !streaming
+				c.SpoolDir = t.TempDir()
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			written := outboxtest.NewGenerator(17, 100).Batch(500_000)
+			consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer consumer.Close()
+			tx, err := e.conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := copyEvents(ctx, tx, written); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			committed := time.Now()
+			got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return len(got) >= len(written) })
+			lastAfter := time.Since(committed)
+			rep := outboxtest.Check(written, got)
+			if err != nil || !rep.OK() || rep.Delivered != len(written) {
+				t.Fatalf("delivery: %v (%v)", rep, err)
+			}
+			var spill, stream int64
+			waitFor(t, 30*time.Second, "the slot's statistics", func() bool {
+				spill, stream = slotStats(t, e.conn, e.slotName)
+				return spill > 0 || stream > 0
+			})
+			t.Logf("streaming=%v: last of %d events %s after COMMIT; spill_bytes %d, stream_bytes %d",
+				streaming, len(written), lastAfter.Round(time.Millisecond), spill, stream)
+			if streaming && spill != 0 {
+				t.Errorf("server spilled %d bytes with streaming", spill)
+			}
+		})
+	}
+}
