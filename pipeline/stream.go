@@ -171,6 +171,12 @@ func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
 			l.streamMetrics.aborts.WithLabelValues("subtransaction").Inc()
 		}
 	case *decoder.StreamCommit:
+		if !l.streamsSeen[m.XID] {
+			// Every streamed transaction the server commits in a
+			// session was streamed in it, from its first block: a
+			// commit without one means its changes went missing.
+			return true, fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes this session never received; restart so the server sends the transaction again", m.XID, m.CommitLSN)
+		}
 		delete(l.streamsSeen, m.XID)
 		r, err := l.spool.open(m.XID)
 		if err != nil {

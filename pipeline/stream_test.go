@@ -223,6 +223,11 @@ func TestLoopStreamedReconnect(t *testing.T) {
 	if err := l.handleWAL(0, pgStreamStart(500, false)); err == nil || !strings.Contains(err.Error(), "never saw its first") {
 		t.Fatalf("continuation without a first block: %v", err)
 	}
+	l.reconnect(t)
+	l.dec.SetStreaming(true)
+	if err := l.handleWAL(0, pgStreamCommit(600, 0x3000)); err == nil || !strings.Contains(err.Error(), "never received") {
+		t.Fatalf("stream commit without any block: %v", err)
+	}
 }
 
 // TestSpoolFull: a streamed transaction larger than the limit stops the
