@@ -174,7 +174,9 @@ func (s *spool) append(c *decoder.StreamChange) error {
 		if err != nil {
 			return s.unwritable(err)
 		}
-		f = &spoolFile{f: file, w: bufio.NewWriterSize(file, 64<<10)}
+		// A small buffer per open transaction: many may stream at once,
+		// and the kernel's page cache batches the writes anyway.
+		f = &spoolFile{f: file, w: bufio.NewWriterSize(file, 8<<10)}
 		s.files[c.TopXID] = f
 	}
 	var hdr [spoolHeaderLen]byte
