@@ -137,6 +137,9 @@ func TestLoopStreamedTransactions(t *testing.T) {
 	if got := testutil.ToFloat64(l.streamMetrics.spoolBytes); got != 0 {
 		t.Errorf("walbox_spool_bytes = %v after every transaction ended", got)
 	}
+	if problems, err := testutil.GatherAndLint(l.reg); err != nil || len(problems) != 0 {
+		t.Errorf("metrics lint: %v %v", problems, err)
+	}
 	entries, _ := os.ReadDir(l.spool.dir)
 	for _, e := range entries {
 		if e.Name() != "lock" {
