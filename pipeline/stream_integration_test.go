@@ -17,6 +17,7 @@ import (
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -568,4 +569,102 @@ func TestStreamingLargeOutboxTransaction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplayStreamedTransactions: walbox replay streams too: transactions
+// larger than logical_decoding_work_mem (64 kB here), one with a rolled back
+// subtransaction, stream to the temporary slot's session and are replayed
+// by commit-LSN range exactly.
+func TestReplayStreamedTransactions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := pgtest.Start(t, smallWorkMem)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
+		t.Fatal(err)
+	}
+	gen := outboxtest.NewGenerator(18, 10)
+	var txns [][]outboxtest.Event
+	for i := range 3 {
+		keep, dropped := gen.Batch(2000), gen.Batch(2000)
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := copyEvents(ctx, tx, keep); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
+				t.Fatal(err)
+			}
+			if err := copyEvents(ctx, tx, dropped); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT s`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		txns = append(txns, keep)
+	}
+	commits := commitLSNs(ctx, t, conn)
+	if len(commits) != 3 {
+		t.Fatalf("found %d commits, want 3", len(commits))
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot('peek')`); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &ackingProducer{}
+	res, err := pipeline.Replay(ctx, pipeline.ReplayConfig{
+		ConnString: srv.DSN("postgres"), Publication: "walbox", Slot: "walbox_replay", Tables: []string{"public.outbox"},
+		Range: pipeline.Range{FromLSN: commits[1], ToLSN: commits[2]}, From: commits[1].String(), StatusInterval: 50 * time.Millisecond,
+		SpoolDir: t.TempDir(),
+	}, p, rt, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, ev := range append(append([]outboxtest.Event(nil), txns[1]...), txns[2]...) {
+		want = append(want, ev.ID)
+	}
+	for _, r := range p.recs {
+		for _, h := range r.Headers {
+			if h.Key == "event_id" {
+				got = append(got, string(h.Value))
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("replayed %d events, want %d (transactions 1 and 2 without the rolled back subtransaction)", len(got), len(want))
+	}
+	if res.Transactions != 2 {
+		t.Errorf("%d transactions, want 2", res.Transactions)
+	}
+	// The copy starts at the trailing slot's position, so all three
+	// streamed (the first one outside the range).
+	if res.Streamed != 3 {
+		t.Errorf("%d transactions streamed, want 3", res.Streamed)
+	}
+	t.Logf("replayed %d events of 2 streamed transactions (%d streamed)", len(got), res.Streamed)
 }
