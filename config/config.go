@@ -98,6 +98,15 @@ type Config struct {
 	// it is reported, because a new slot starts at "now" and would skip
 	// every event committed since the old slot's position.
 	CreateSlot bool
+	// Streaming has the server stream large in-progress transactions
+	// (pgoutput protocol version 2+) instead of spilling them to its disk.
+	// Default true.
+	Streaming bool
+	// SpoolDir is where streamed transactions wait for their commit.
+	// Default empty: walbox-spool in the temporary directory.
+	SpoolDir string
+	// SpoolMaxBytes bounds SpoolDir's streamed transactions; > 0. Default 1 GiB.
+	SpoolMaxBytes int64
 	// ShutdownTimeout bounds the flush of in-flight records on shutdown; > 0.
 	// Default 30s.
 	ShutdownTimeout time.Duration
@@ -239,6 +248,9 @@ func Defaults() Config {
 		LogFormat:             "json",
 		Snapshot:              string(snapshot.ModeNone),
 		HeartbeatInterval:     10 * time.Second,
+		Streaming:             !p.DisableStreaming,
+		SpoolDir:              p.SpoolDir,
+		SpoolMaxBytes:         p.SpoolMaxBytes,
 
 		Delivery:                p.Delivery,
 		TransactionMaxRecords:   p.TransactionMaxRecords,

@@ -224,7 +224,7 @@ func TestLoadErrors(t *testing.T) {
 			file: "slot: walbox\nslot_name: x\n",
 			wantErr: []string{
 				`walbox.yaml:2: unknown key "slot_name" (did you mean "slot"?); valid keys: columns, create_slot, dead_letter_topic,`,
-				"status_interval, table, topic",
+				"status_interval, streaming, table, topic",
 			},
 		},
 		{

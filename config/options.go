@@ -159,6 +159,28 @@ var options = []*option{
 		check:    func(c *Config) error { return checkPositive(c.SlotBusyTimeout) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.SlotBusyTimeout = c.SlotBusyTimeout },
 	},
+	{
+		flag: "streaming", env: "WALBOX_STREAMING", yaml: "streaming", group: groupPostgres,
+		help: "Have the server stream large in-progress transactions (pgoutput protocol 2+, PostgreSQL 14+) instead of spilling them to its own disk until they commit; " +
+			"walbox keeps their changes in --spool-dir and sends them only after the commit. false keeps protocol 1 (for debugging)",
+		value:    boolValue(func(c *Config) *bool { return &c.Streaming }),
+		check:    func(*Config) error { return nil },
+		pipeline: func(c *Config, p *pipeline.Config) { p.DisableStreaming = !c.Streaming },
+	},
+	{
+		flag: "spool-dir", env: "WALBOX_SPOOL_DIR", yaml: "spool_dir", group: groupPostgres,
+		help: "Directory where streamed transactions wait for their commit (a subdirectory per process, removed on exit and by the next start after a crash); " +
+			"empty means walbox-spool in the temporary directory ($TMPDIR, else /tmp). It must be writable once a transaction larger than the server's logical_decoding_work_mem streams",
+		value:    stringValue("DIR", func(c *Config) *string { return &c.SpoolDir }),
+		check:    func(*Config) error { return nil }, // any path; written only when a transaction streams
+		pipeline: func(c *Config, p *pipeline.Config) { p.SpoolDir = c.SpoolDir },
+	},
+	{
+		flag: "spool-max-bytes", env: "WALBOX_SPOOL_MAX_BYTES", yaml: "spool_max_bytes", group: groupPostgres,
+		help:     "Most bytes of streamed, uncommitted transactions in --spool-dir; a transaction that does not fit stops walbox before anything of it is sent or confirmed",
+		value:    sizeValue(func(c *Config) *int64 { return &c.SpoolMaxBytes }),
+		pipeline: func(c *Config, p *pipeline.Config) { p.SpoolMaxBytes = c.SpoolMaxBytes },
+	},
 
 	// Kafka.
 	{

@@ -7,7 +7,8 @@ import (
 	"github.com/jackc/pglogrepl"
 )
 
-// Decoder turns pgoutput (protocol version 1) messages into Decoded values.
+// Decoder turns pgoutput messages (protocol version 1, and 2 to 4 with
+// SetStreaming) into Decoded values.
 // It keeps the relation cache of the current walsender session and the
 // identity of the open transaction, so it must see every message of the
 // session, in order.
@@ -23,6 +24,12 @@ type Decoder struct {
 	xid        uint32
 	commitLSN  pglogrepl.LSN
 	commitTime time.Time
+
+	// streaming accepts protocol version 2+ stream messages (stream.go);
+	// inStream and streamXID track the open stream block.
+	streaming bool
+	inStream  bool
+	streamXID uint32
 }
 
 // New returns a Decoder with an empty relation cache and no open transaction.
@@ -39,7 +46,9 @@ func New() *Decoder {
 // next receive overwrites.
 //
 // On success the result is one of *Begin, *Commit, *Relation, *Insert,
-// *Message or *Ignored. A returned *Relation is also the cached one that
+// *Message or *Ignored, and with SetStreaming also *StreamStart,
+// *StreamStop, *StreamCommit, *StreamAbort or (between StreamStart and
+// StreamStop) *StreamChange. A returned *Relation is also the cached one that
 // later Inserts point to; treat it as read-only.
 //
 // On failure the error is an *Error wrapping ErrMalformed,
@@ -61,6 +70,11 @@ func (d *Decoder) Decode(walStart pglogrepl.LSN, data []byte) (out Decoded, err 
 
 	if len(data) == 0 {
 		return nil, newError(walStart, 0, ErrMalformed, "empty message")
+	}
+	if d.streaming {
+		if out, ok, err := d.decodeStream(walStart, data); ok {
+			return out, err
+		}
 	}
 	switch typ := data[0]; typ {
 	case msgInsert:
@@ -105,6 +119,8 @@ func (d *Decoder) Reset() {
 	d.xid = 0
 	d.commitLSN = 0
 	d.commitTime = time.Time{}
+	d.inStream = false
+	d.streamXID = 0
 }
 
 // InTransaction reports whether a Begin was seen without its Commit.

@@ -1,5 +1,6 @@
 // Package decoder turns the messages of Postgres' pgoutput logical decoding
-// plugin (protocol version 1) into walbox events: transaction boundaries,
+// plugin (protocol version 1, and the stream messages of versions 2 to 4)
+// into walbox events: transaction boundaries,
 // inserted rows, relation descriptions and logical decoding messages.
 //
 // # Why a guarded parser of its own
@@ -42,7 +43,19 @@
 // to the server.
 //
 // Only inserts are decoded: Update, Delete, Truncate, Type and Origin messages
-// come back as *Ignored. Streaming of in-progress transactions (protocol
-// version 2) and two-phase messages are refused, since walbox never enables
-// them.
+// come back as *Ignored. Two-phase messages are refused, since walbox never
+// enables them.
+//
+// # Streamed transactions
+//
+// With SetStreaming (a session started with proto_version 2 to 4 and
+// streaming 'on' or 'parallel') the Decoder also reads Stream Start, Stop,
+// Commit and Abort. Between Stream Start and Stop every message carries the
+// xid of the (sub)transaction that made it; the Decoder checks the framing
+// and returns it as a *StreamChange holding the message without that xid,
+// undecoded: it belongs to a transaction that may still roll back, and the
+// relation it refers to may only be described later in the same stream.
+// The caller keeps the changes and, after StreamCommit, decodes them between
+// BeginStreamed and CommitStreamed with Decode, exactly as if protocol
+// version 1 had sent the transaction.
 package decoder

@@ -33,10 +33,11 @@ var (
 	ErrProtocol = errors.New("pgoutput messages out of order")
 
 	// ErrStreamingUnsupported means the server sent a protocol version 2
-	// stream message (Stream Start, Stop, Commit or Abort).
-	ErrStreamingUnsupported = errors.New("streamed in-progress transaction: walbox uses pgoutput proto_version 1 " +
-		"and does not enable streaming of in-progress transactions (check the START_REPLICATION plugin options: " +
-		"proto_version must be '1' and streaming must be off)")
+	// stream message (Stream Start, Stop, Commit or Abort) to a Decoder
+	// without SetStreaming.
+	ErrStreamingUnsupported = errors.New("streamed in-progress transaction to a decoder without streaming: " +
+		"the session was started with proto_version 1 or streaming off, so the server must not stream " +
+		"(check the START_REPLICATION plugin options)")
 
 	// ErrUnknownMessage means the first byte of a message is not a pgoutput
 	// message type walbox knows (for example a two-phase commit message, which

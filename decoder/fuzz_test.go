@@ -45,6 +45,16 @@ func FuzzDecode(f *testing.F) {
 	//     bounds check; with the check it must be ErrMalformed, not a
 	//     recovered panic.
 
+	// Protocol version 2 stream messages, and changes tagged with their
+	// xid, fed to a streaming decoder outside and inside a stream block.
+	for _, a := range [][]byte{fixStreamStart, fixStreamStop, fixStreamCommit, fixStreamAbortSub, fixStreamAbortParallel,
+		streamed(750, fixRelation), streamed(751, fixInsert), streamed(750, fixMessage)} {
+		f.Add(a, []byte(nil))
+		f.Add(a[:len(a)-1], []byte(nil))
+	}
+	f.Add(fixStreamStop, fixStreamCommit)
+	f.Add(streamed(750, fixInsert), fixStreamStop)
+
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		fresh := New()
 		checkDecode(t, fresh, first)
@@ -52,8 +62,21 @@ func FuzzDecode(f *testing.F) {
 		d := openTx(t)
 		checkDecode(t, d, first)
 		checkDecode(t, d, second)
+
+		// Streaming on, outside a stream block, then inside one.
+		out := streamingDecoder()
+		checkDecode(t, out, first)
+		checkDecode(t, out, second)
+		in := streamingDecoder()
+		if _, err := in.Decode(0, fixStreamStart); err != nil {
+			t.Fatal(err)
+		}
+		checkDecode(t, in, first)
+		checkDecode(t, in, second)
 	})
 }
+
+func be32b(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
 
 var sentinels = []error{ErrMalformed, ErrUnknownRelation, ErrProtocol, ErrStreamingUnsupported, ErrUnknownMessage}
 
@@ -129,6 +152,31 @@ func checkDecode(t *testing.T, d *Decoder, in []byte) {
 		if v.Kind != in[0] {
 			t.Fatalf("Ignored{Kind: %q} for a %q message", v.Kind, in[0])
 		}
+	case *StreamStart:
+		first := byte(0)
+		if v.First {
+			first = 1
+		}
+		reencoded = cat([]byte{'S'}, be32b(v.XID), []byte{first})
+	case *StreamStop:
+		reencoded = []byte{'E'}
+	case *StreamCommit:
+		reencoded = cat([]byte{'c'}, be32b(v.XID), commitMsg(v.CommitLSN, v.EndLSN, v.CommitTime)[1:])
+	case *StreamAbort:
+		reencoded = cat([]byte{'A'}, be32b(v.XID), be32b(v.SubXID))
+		if v.AbortLSN != 0 || !v.AbortTime.IsZero() || len(in) == streamAbortParallelLen {
+			reencoded = cat(reencoded, in[9:])
+		}
+	case *StreamChange:
+		if v.Kind != in[0] || v.TopXID != d.streamXID || v.XID == 0 {
+			t.Fatalf("StreamChange %#v for %q in the block of %d", v, in, d.streamXID)
+		}
+		if v.Kind == 'O' {
+			reencoded = v.Data
+		} else {
+			reencoded = cat(v.Data[:1], be32b(v.XID), v.Data[1:])
+		}
+		snapshot = func() []byte { return bytes.Clone(v.Data) }
 	default:
 		t.Fatalf("Decode(%q) returned %T", in, got)
 	}

@@ -316,10 +316,13 @@ func checkConfig(t *testing.T, r rendered) {
 			continue
 		}
 		v := r.deployment.Spec.Template.Spec.Volumes[i]
-		if !m.ReadOnly {
+		if !m.ReadOnly && !(v.EmptyDir != nil && m.MountPath == "/tmp") {
 			t.Errorf("volume %s is mounted read-write", v.Name)
 		}
 		switch {
+		case v.EmptyDir != nil && m.MountPath == "/tmp":
+			// The spool of streamed transactions (--spool-dir's default
+			// under /tmp): the one writable place, empty at start.
 		case v.ConfigMap != nil && v.ConfigMap.Name == r.configMap.Name:
 			for k, val := range r.configMap.Data {
 				write(m.MountPath, k, []byte(strings.ReplaceAll(val, "/etc/walbox/", root+"/etc/walbox/")))

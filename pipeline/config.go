@@ -3,6 +3,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -162,6 +164,21 @@ type Config struct {
 	// table.op.invalid.behavior; every update of an outbox table is
 	// counted in walbox_outbox_updates_total whatever the policy.
 	OutboxUpdates string
+	// DisableStreaming keeps pgoutput protocol version 1, where the server
+	// holds a transaction until its commit and spills what exceeds
+	// logical_decoding_work_mem to its own disk. By default walbox streams
+	// in-progress transactions (protocol version 2 to 4, streaming 'on')
+	// and keeps their changes in the spool until they commit (stream.go).
+	DisableStreaming bool
+	// SpoolDir is where streamed transactions wait for their commit, in a
+	// subdirectory per process; empty means "walbox-spool" in
+	// os.TempDir() ($TMPDIR, else /tmp), decided when the relay is built.
+	// It is disposable: a restart sends uncommitted transactions again.
+	SpoolDir string
+	// SpoolMaxBytes bounds the spool (1 GiB). A streamed transaction that
+	// does not fit stops the relay with ErrSpoolFull before anything of it
+	// or after it is confirmed.
+	SpoolMaxBytes int64
 	// TxnPhase, when set, is called by the loop at each phase of a Kafka
 	// transaction: PhaseProduced, PhaseCommitted, PhaseConfirmed. It is a
 	// test hook for crash tests; it must not block.
@@ -202,6 +219,8 @@ func DefaultConfig() Config {
 		TransactionSplitRecords: 1_000_000,
 		TransactionTimeout:      DefaultTransactionTimeout,
 		StateTopic:              "walbox.state",
+
+		SpoolMaxBytes: 1 << 30,
 	}
 }
 
@@ -227,6 +246,10 @@ func (c *Config) setDefaults() {
 	if c.StateTopic == "" {
 		c.StateTopic = d.StateTopic
 	}
+	if c.SpoolDir == "" {
+		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
+	}
+	positiveOr(&c.SpoolMaxBytes, d.SpoolMaxBytes)
 	if c.BackoffMax < c.BackoffMin {
 		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
 	}
@@ -255,6 +278,9 @@ func (c Config) Validate() error {
 		if _, err := slotctl.ParseTableName(t); err != nil {
 			errs = append(errs, fmt.Errorf("pipeline: outbox tables: %w", err))
 		}
+	}
+	if c.SpoolMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("pipeline: spool max bytes %d is negative", c.SpoolMaxBytes))
 	}
 	if c.DedupWindow < 0 {
 		errs = append(errs, fmt.Errorf("pipeline: dedup window %d is negative", c.DedupWindow))

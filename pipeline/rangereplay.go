@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,6 +19,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/decoder"
@@ -138,6 +142,11 @@ type ReplayConfig struct {
 	Range Range
 	// From is the --from value as given, for refusals.
 	From string
+	// DisableStreaming, SpoolDir and SpoolMaxBytes are as in Config: a
+	// streamed transaction waits in the spool until its commit.
+	DisableStreaming bool
+	SpoolDir         string
+	SpoolMaxBytes    int64
 	// DryRun routes and counts the events without producing them.
 	DryRun bool
 	// ReceiveTimeout bounds the silence of the connection (30s; raised to
@@ -175,6 +184,9 @@ type ReplayResult struct {
 	Start, End pglogrepl.LSN
 	// TempSlot is the temporary slot's name.
 	TempSlot string
+	// Streamed counts the transactions the server streamed before their
+	// commit (read back from the spool), in the range or not.
+	Streamed int
 }
 
 // Events returns the total over every topic.
@@ -270,10 +282,14 @@ func Replay(ctx context.Context, cfg ReplayConfig, producer Producer, rt Router,
 	res.End = r.end
 	r.rangeStart = max(res.Start, cfg.Range.FromLSN)
 
-	args := []string{"proto_version '1'", "publication_names '" + quotePublication(cfg.Publication) + "'"}
-	if cfg.MessagePrefix != "" {
-		args = append(args, "messages 'true'")
-	}
+	// Streamed like walbox run, so a large transaction in the range does
+	// not spill on the primary either.
+	args, streams := Config{Publication: cfg.Publication, MessagePrefix: cfg.MessagePrefix, DisableStreaming: cfg.DisableStreaming}.
+		pluginArgs(serverMajor(conn.ParameterStatus("server_version")))
+	r.dec.SetStreaming(streams)
+	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "walbox_replay_spool_bytes"}))
+	r.streamsSeen = map[uint32]bool{}
+	defer r.spool.close()
 	if err := pglogrepl.StartReplication(ctx, conn, res.TempSlot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return res, fmt.Errorf("start replication on temporary slot %q: %w", res.TempSlot, err)
 	}
@@ -307,6 +323,12 @@ func (c *ReplayConfig) setDefaults() {
 	}
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = 5 * time.Second
+	}
+	if c.SpoolDir == "" {
+		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
+	}
+	if c.SpoolMaxBytes <= 0 {
+		c.SpoolMaxBytes = DefaultConfig().SpoolMaxBytes
 	}
 }
 
@@ -408,6 +430,10 @@ type rangeReplay struct {
 	lastEnd   pglogrepl.LSN
 	events    int
 	done      bool
+	// spool keeps streamed transactions until their commit, as in the
+	// relay (stream.go); streamsSeen are those whose first block came.
+	spool       *spool
+	streamsSeen map[uint32]bool
 
 	mu     sync.Mutex
 	acked  map[string]int
@@ -532,6 +558,79 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	if err != nil {
 		return fmt.Errorf("decode WAL message at %s: %w", walStart, err)
 	}
+	switch m := msg.(type) {
+	case *decoder.StreamStart:
+		if !m.First && !r.streamsSeen[m.XID] {
+			return fmt.Errorf("stream block of xid %d is not the transaction's first, but the replay never saw its first one; run the replay again", m.XID)
+		}
+		r.streamsSeen[m.XID] = true
+		r.spool.start(m.XID, m.First)
+		return nil
+	case *decoder.StreamChange:
+		return r.spool.append(m)
+	case *decoder.StreamStop:
+		return nil
+	case *decoder.StreamAbort:
+		if m.Whole() {
+			r.spool.drop(m.XID)
+			delete(r.streamsSeen, m.XID)
+		} else {
+			r.spool.abortSub(m.XID, m.SubXID)
+		}
+		return nil
+	case *decoder.StreamCommit:
+		return r.replayStreamed(m)
+	}
+	return r.handleDecoded(msg)
+}
+
+// replayStreamed hands on a committed streamed transaction from the spool
+// as Begin, its changes and Commit. Producing blocks when the client's
+// buffer is full, so reading it back at once keeps memory bounded.
+func (r *rangeReplay) replayStreamed(c *decoder.StreamCommit) error {
+	if !r.streamsSeen[c.XID] {
+		return fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes the replay never received; run the replay again", c.XID, c.CommitLSN)
+	}
+	delete(r.streamsSeen, c.XID)
+	defer r.spool.drop(c.XID)
+	r.res.Streamed++
+	rd, err := r.spool.open(c.XID)
+	if err != nil {
+		return err
+	}
+	begin, err := r.dec.BeginStreamed(c)
+	if err != nil {
+		return err
+	}
+	if err := r.handleDecoded(begin); err != nil || r.done {
+		return err
+	}
+	for rd != nil {
+		ch, err := rd.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		msg, err := r.dec.Decode(ch.LSN, ch.Data)
+		if err != nil {
+			return fmt.Errorf("decode streamed change of xid %d at %s: %w", ch.XID, ch.LSN, err)
+		}
+		if err := r.handleDecoded(msg); err != nil {
+			return err
+		}
+	}
+	commit, err := r.dec.CommitStreamed(c)
+	if err != nil {
+		return err
+	}
+	return r.handleDecoded(commit)
+}
+
+// handleDecoded handles one message of a transaction, received as such or
+// read back from the spool.
+func (r *rangeReplay) handleDecoded(msg decoder.Decoded) error {
 	switch m := msg.(type) {
 	case *decoder.Begin:
 		if err := r.checkStart(m); err != nil {

@@ -83,6 +83,10 @@ type Relay struct {
 	// erased since the start (FailoverErased).
 	erasedEvents atomic.Uint64
 	erasedAt     atomic.Int64
+
+	// spool keeps streamed transactions until they commit (stream.go).
+	spool         *spool
+	streamMetrics *streamMetrics
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
@@ -101,6 +105,8 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 		failed:   make(chan struct{}),
 	}
 	r.metrics = newMetrics(reg, r.inflight)
+	r.streamMetrics = newStreamMetrics(reg)
+	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, r.streamMetrics.spoolBytes)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
 	if cfg.Delivery == DeliveryExactlyOnce {
 		txp, ok := producer.(TxnProducer)
@@ -153,6 +159,7 @@ func (r *Relay) failureErr() error {
 // returns nil) or a permanent error occurs. Retryable failures of the
 // Postgres connection are retried with capped exponential backoff.
 func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
+	defer r.spool.close()
 	r.tracker = checkpoint.New(start)
 	if r.eos != nil {
 		r.eos.safe = start

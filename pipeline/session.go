@@ -69,18 +69,13 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.eos.server = srv
 	}
 	start = r.adoptHistory(start, srv)
-	args := []string{
-		"proto_version '1'",
-		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
-	}
-	if r.cfg.MessagePrefix != "" || r.cfg.Heartbeats {
-		// pgoutput sends logical decoding messages from PostgreSQL 14 on,
-		// which the preflight check already requires.
-		args = append(args, "messages 'true'")
-	}
+	args, streams := r.cfg.pluginArgs(serverMajor(conn.ParameterStatus("server_version")))
 	if args, err = r.withOrigin(conn, args); err != nil {
 		return false, err
 	}
+	r.dec.SetStreaming(streams)
+	// Whatever an earlier session spooled comes again from its start.
+	r.spool.reset()
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
@@ -93,7 +88,8 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 			return false, err
 		}
 	}
-	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String())
+	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String(),
+		"plugin_args", strings.Join(args, ", "))
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
@@ -167,6 +163,11 @@ type loop struct {
 	promise func(*kgo.Record, error)
 	// readDeadline is the deadline last set on the socket.
 	readDeadline time.Time
+	// replay is the streamed transaction being handed on from the spool,
+	// nil when none (stream.go); streamsSeen holds the streamed
+	// transactions whose first block this session received.
+	replay      *streamReplay
+	streamsSeen map[uint32]bool
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -197,6 +198,18 @@ func (l *loop) run(ctx context.Context) error {
 			l.waitForAcks(ctx)
 			// Not reading is not the server's silence: whatever it sent
 			// meanwhile waits in the socket.
+			l.lastReceive = time.Now()
+			continue
+		}
+		if l.replay != nil {
+			// A committed streamed transaction is handed on before
+			// anything later is read: commit order.
+			if err := l.replayStep(); err != nil {
+				if !IsRetryable(err) && !l.conn.IsClosed() {
+					l.confirmBeforeFailing(err)
+				}
+				return err
+			}
 			l.lastReceive = time.Now()
 			continue
 		}
@@ -306,6 +319,15 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 		// cause is fixed, a restart decodes it again.
 		return fmt.Errorf("decode WAL message at %s: %w", walStart, err)
 	}
+	if ok, err := l.handleStream(msg); ok {
+		return err
+	}
+	return l.handleDecoded(walStart, msg)
+}
+
+// handleDecoded handles one decoded message of a transaction, received as
+// such or read back from the spool after its Stream Commit (stream.go).
+func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error {
 	switch m := msg.(type) {
 	case *decoder.Begin:
 		l.txn = l.tracker.Begin()
@@ -765,6 +787,14 @@ func (l *loop) stop() error {
 		l.produceRerouted()
 		if l.inflight.full() {
 			l.waitForAcks(sctx)
+			continue
+		}
+		if l.replay != nil {
+			if err := l.replayStep(); err != nil {
+				l.log.Warn("could not finish the streamed transaction before stopping; it will be sent again on the next start",
+					"err", err, "xid", l.replay.commit.XID, "lsn", l.replay.commit.CommitLSN.String())
+				break
+			}
 			continue
 		}
 		deadline, _ := sctx.Deadline()

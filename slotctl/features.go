@@ -13,7 +13,10 @@ type Features struct {
 	// the stream (14+).
 	Messages bool
 	// Streaming: proto_version 2, in-progress transactions streamed before
-	// commit (14+). walbox does not use it: it produces only committed work.
+	// commit (14+). The relay uses it unless switched off, so large
+	// transactions do not spill on the primary; it still produces only
+	// committed work, keeping streamed changes in its spool until the
+	// commit (pipeline/stream.go).
 	Streaming bool
 	// FailoverSlots: the failover option of logical slots, which a standby
 	// with sync_replication_slots keeps in sync (17+).

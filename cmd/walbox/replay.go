@@ -200,6 +200,10 @@ func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipel
 		ReceiveTimeout: cfg.PGReceiveTimeout,
 		StatusInterval: cfg.StatusInterval,
 		Progress:       func(p pipeline.ReplayProgress) { writeProgress(stderr, p) },
+		// Large transactions in the range stream, as in walbox run.
+		DisableStreaming: pcfg.DisableStreaming,
+		SpoolDir:         pcfg.SpoolDir,
+		SpoolMaxBytes:    pcfg.SpoolMaxBytes,
 	}
 	producer, closeProducer, err := replayProducer(ctx, cfg, o.DryRun, log)
 	if err != nil {

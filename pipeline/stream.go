@@ -1,0 +1,239 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/walbox/walbox/decoder"
+)
+
+// Streaming of in-progress transactions (pgoutput protocol version 2+,
+// streaming 'on').
+//
+// With protocol version 1 the walsender keeps a transaction's changes until
+// its commit and spills what exceeds logical_decoding_work_mem to the
+// primary's disk, then decodes all of it again before sending anything that
+// follows: a bulk job on any table stalls the outbox behind it. Streaming
+// sends a large transaction's changes as they are decoded, between Stream
+// Start and Stream Stop, and drops the changes of tables outside the
+// publication on the way, so a foreign bulk job costs walbox nothing.
+//
+// Streaming stays invisible past this file: the changes of a streamed
+// transaction go to the spool (spool.go), and only at its Stream Commit are
+// they read back and handled as an ordinary transaction, Begin (with the
+// commit LSN and time), the changes in their order, Commit (with the end
+// LSN). Routing, the invalid-row and size policies, exactly-once batching,
+// the dedup window and the checkpoint tracker see what protocol version 1
+// would have sent. Nothing of it reaches Kafka before Postgres committed it,
+// transactions still go out in commit order (the server sends Stream Commit
+// and ordinary transactions in commit order, and the loop reads nothing else
+// while it replays one), and the slot is confirmed as before: at a
+// transaction's end once Kafka acknowledged all of it. A keepalive between
+// stream blocks may still let the slot be confirmed up to the server's
+// position when nothing is in flight: that position is before the open
+// transaction's commit record, so the server sends the whole transaction
+// again from a restart there (as it does for a large transaction it is
+// still decoding with protocol version 1).
+
+// streamMetrics count streamed transactions and the spool's size.
+type streamMetrics struct {
+	transactions prometheus.Counter
+	aborts       *prometheus.CounterVec
+	spoolBytes   prometheus.Gauge
+}
+
+func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
+	f := promauto.With(reg)
+	return &streamMetrics{
+		transactions: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_streamed_transactions_total",
+			Help: "Transactions the server streamed before their commit (larger than its logical_decoding_work_mem) that committed and were handed on whole from the spool.",
+		}),
+		aborts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "walbox_streamed_aborts_total",
+			Help: "Stream Abort messages: scope transaction (a streamed transaction rolled back, its spooled changes deleted) or subtransaction (a ROLLBACK TO SAVEPOINT inside one, its changes skipped).",
+		}, []string{"scope"}),
+		spoolBytes: f.NewGauge(prometheus.GaugeOpts{
+			Name: "walbox_spool_bytes",
+			Help: "Bytes of streamed, not yet committed transactions kept in the spool directory (--spool-dir); at most --spool-max-bytes.",
+		}),
+	}
+}
+
+// Protocol versions walbox negotiates; see pluginArgs.
+const (
+	protoV1 = 1
+	protoV2 = 2 // PostgreSQL 14: streaming
+	protoV3 = 3 // 15: two-phase (not enabled by walbox, so same messages as 2)
+	protoV4 = 4 // 16: parallel streaming (walbox streams 'on', so same messages as 2)
+)
+
+// protoVersionFor returns the highest pgoutput protocol version a server of
+// major version major accepts.
+func protoVersionFor(major int) int {
+	switch {
+	case major >= 16:
+		return protoV4
+	case major == 15:
+		return protoV3
+	case major == 14:
+		return protoV2
+	default:
+		return protoV1
+	}
+}
+
+// pluginArgs builds the pgoutput options of START_REPLICATION for a server
+// of major version major (0 when unknown) and reports whether the session
+// streams in-progress transactions. Kept as one function so that every
+// option walbox passes is decided in one place.
+//
+// Streaming uses 'on', not 'parallel' (16+): 'parallel' only adds the abort
+// LSN and time to Stream Abort, which walbox does not need, and 'on' sends
+// the same messages on every version from 14 on.
+func (c Config) pluginArgs(major int) (args []string, streaming bool) {
+	proto := protoV1
+	if !c.DisableStreaming {
+		proto = protoVersionFor(major)
+	}
+	streaming = proto >= protoV2
+	args = []string{
+		"proto_version '" + strconv.Itoa(proto) + "'",
+		"publication_names '" + quotePublication(c.Publication) + "'",
+	}
+	if c.MessagePrefix != "" || c.Heartbeats {
+		// pgoutput sends logical decoding messages from PostgreSQL 14 on,
+		// which the preflight check already requires.
+		args = append(args, "messages 'true'")
+	}
+	if streaming {
+		args = append(args, "streaming 'on'")
+	}
+	return args, streaming
+}
+
+// serverMajor reads the major version from the server_version parameter
+// the server reports at connection start ("15.4 (Debian 15.4-1)", "17beta1",
+// "18.0"); 0 when it cannot be read, which keeps protocol version 1.
+func serverMajor(serverVersion string) int {
+	end := strings.IndexFunc(serverVersion, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(serverVersion)
+	}
+	n, err := strconv.Atoi(serverVersion[:end])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// streamReplay is a streamed transaction being handed on after its Stream
+// Commit, a bounded number of changes per loop turn, so that backpressure,
+// status updates and exactly-once commits keep running while a large one
+// is read back.
+type streamReplay struct {
+	commit *decoder.StreamCommit
+	r      *spoolReader // nil when nothing of it was kept
+}
+
+// handleStream handles the stream messages; ok is false for any other
+// message.
+func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
+	switch m := msg.(type) {
+	case *decoder.StreamStart:
+		if !m.First && !l.streamsSeen[m.XID] {
+			// The server sends every block of a transaction from its
+			// first within one session; a later block of one whose start
+			// this session never saw means changes were lost.
+			return true, fmt.Errorf("stream block of xid %d is not the transaction's first, but this session never saw its first one; reconnect so the server sends it again from its start", m.XID)
+		}
+		if l.streamsSeen == nil {
+			l.streamsSeen = map[uint32]bool{}
+		}
+		l.streamsSeen[m.XID] = true
+		l.spool.start(m.XID, m.First)
+	case *decoder.StreamChange:
+		return true, l.spool.append(m)
+	case *decoder.StreamStop:
+	case *decoder.StreamAbort:
+		if m.Whole() {
+			l.spool.drop(m.XID)
+			delete(l.streamsSeen, m.XID)
+			l.streamMetrics.aborts.WithLabelValues("transaction").Inc()
+		} else {
+			l.spool.abortSub(m.XID, m.SubXID)
+			l.streamMetrics.aborts.WithLabelValues("subtransaction").Inc()
+		}
+	case *decoder.StreamCommit:
+		if !l.streamsSeen[m.XID] {
+			// Every streamed transaction the server commits in a
+			// session was streamed in it, from its first block: a
+			// commit without one means its changes went missing.
+			return true, fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes this session never received; restart so the server sends the transaction again", m.XID, m.CommitLSN)
+		}
+		delete(l.streamsSeen, m.XID)
+		r, err := l.spool.open(m.XID)
+		if err != nil {
+			return true, err
+		}
+		begin, err := l.dec.BeginStreamed(m)
+		if err != nil {
+			return true, err
+		}
+		l.streamMetrics.transactions.Inc()
+		l.replay = &streamReplay{commit: m, r: r}
+		if err := l.handleDecoded(m.CommitLSN, begin); err != nil {
+			return true, err
+		}
+		return true, l.replayStep()
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// replayBatch is how many spooled changes one loop turn hands on at most.
+const replayBatch = 256
+
+// replayStep hands on the next changes of the streamed transaction being
+// replayed, until the in-flight limit is reached, the relay fails or
+// replayBatch changes were handled; at the end of the spooled changes it
+// ends the transaction.
+func (l *loop) replayStep() error {
+	rp := l.replay
+	for i := 0; rp.r != nil && i < replayBatch; i++ {
+		if l.inflight.full() || l.failureErr() != nil {
+			return nil
+		}
+		c, err := rp.r.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		msg, err := l.dec.Decode(c.LSN, c.Data)
+		if err != nil {
+			return fmt.Errorf("decode streamed change of xid %d at %s: %w", c.XID, c.LSN, err)
+		}
+		if err := l.handleDecoded(c.LSN, msg); err != nil {
+			return err
+		}
+		if i == replayBatch-1 {
+			return nil
+		}
+	}
+	commit, err := l.dec.CommitStreamed(rp.commit)
+	if err != nil {
+		return err
+	}
+	l.replay = nil
+	l.spool.drop(rp.commit.XID)
+	return l.handleDecoded(rp.commit.EndLSN, commit)
+}
