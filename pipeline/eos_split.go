@@ -29,6 +29,16 @@ import (
 // the loop skips its changes below the recorded count (eosSkips) and
 // produces the rest: read_committed consumers see every row once.
 //
+// The count names the same prefix only if the server sends the same
+// changes and messages again: it decodes them from the same WAL, but what
+// it sends depends on the session's options too. Logical decoding
+// messages come only with messages 'true', which at least once asks for
+// only with a message prefix or heartbeats; exactly-once always asks for
+// them, so that a restart with other options (heartbeats turned off, say)
+// does not skip one outbox row more than was committed for each message
+// the first run was sent. The publication must not change while a split
+// position is pending either: its tables' inserts are counted.
+//
 // The slot is never confirmed inside a Postgres transaction: a split
 // commit makes only the whole Postgres transactions before the split one
 // confirmable (the state record's end_lsn).

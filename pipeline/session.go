@@ -73,9 +73,12 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		"proto_version '1'",
 		"publication_names '" + quotePublication(r.cfg.Publication) + "'",
 	}
-	if r.cfg.MessagePrefix != "" || r.cfg.Heartbeats {
+	if r.cfg.MessagePrefix != "" || r.cfg.Heartbeats || r.eos != nil {
 		// pgoutput sends logical decoding messages from PostgreSQL 14 on,
-		// which the preflight check already requires.
+		// which the preflight check already requires. Exactly-once asks
+		// for them whatever the options: a split position counts them
+		// (SplitPosition, eos_split.go), so the stream must not change with
+		// the options.
 		args = append(args, "messages 'true'")
 	}
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
