@@ -37,7 +37,13 @@ import (
 // them, so that a restart with other options (heartbeats turned off, say)
 // does not skip one outbox row more than was committed for each message
 // the first run was sent. The publication must not change while a split
-// position is pending either: its tables' inserts are counted.
+// position is pending either: its tables' inserts are counted. A
+// streaming mode (protocol 2) that spools a transaction and replays it at
+// Stream Commit keeps the count only if the replay is what a non-streamed
+// decoding sends: the changes of aborted subtransactions dropped (Stream
+// Abort), messages outside the transaction's stream blocks not counted,
+// Begin carrying the commit LSN; the server decides anew on each decoding
+// whether to stream a transaction.
 //
 // The slot is never confirmed inside a Postgres transaction: a split
 // commit makes only the whole Postgres transactions before the split one
