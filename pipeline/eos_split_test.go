@@ -280,3 +280,45 @@ func TestResumeSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout: a Kafka
+// transaction of whole Postgres transactions is committed at half the
+// transaction timeout at the latest, whatever --transaction-max-interval
+// says. With an interval above the timeout, a trickle of small
+// transactions (fewer than TransactionMaxRecords per timeout) kept the
+// Kafka transaction open until the broker aborted it, on every session
+// after the restart too: nothing was ever committed.
+func TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout(t *testing.T) {
+	c := eosCluster(t)
+	const timeout = 800 * time.Millisecond
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: timeout}, 1)
+	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if due := el.eosCommitDue(); due.IsZero() || time.Until(due) > timeout/2 {
+		t.Errorf("commit due in %s, want within half the timeout (%s)", time.Until(due).Round(time.Millisecond), timeout/2)
+	}
+	// The loop wakes when the commit is due (wakeAt) and ticks.
+	for deadline := time.Now().Add(2 * timeout); time.Now().Before(deadline) && el.eos.lastCommitted.EndLSN == 0; {
+		time.Sleep(time.Until(el.wakeAtOrSoon()))
+		if err := el.tick(t); err != nil {
+			t.Fatalf("tick: %v", err)
+		}
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1" {
+		t.Fatalf("read_committed saw %q, want a1 committed before the broker aborts it", got)
+	}
+	if n := testutil.ToFloat64(el.eos.m.timeouts); n != 0 {
+		t.Fatalf("walbox_kafka_transaction_timeouts_total = %v, want 0", n)
+	}
+}
+
+// wakeAtOrSoon is when the loop would stop waiting for WAL, at most 50ms
+// from now (the unit loop has no status interval).
+func (el *eosLoop) wakeAtOrSoon() time.Time {
+	soon := time.Now().Add(50 * time.Millisecond)
+	if due := el.eosCommitDue(); !due.IsZero() && due.Before(soon) {
+		return due
+	}
+	return soon
+}

@@ -605,7 +605,19 @@ func (l *loop) eosCommitDue() time.Time {
 	if e.full {
 		return e.began // due now
 	}
-	return e.began.Add(e.maxInterval)
+	return e.began.Add(e.interval())
+}
+
+// interval is how long a Kafka transaction of whole Postgres transactions
+// stays open: maxInterval, but at most half the transaction timeout, the
+// bound a split transaction gets too (eosSplitDue). An interval at or above
+// the timeout would let the broker abort every transaction that does not
+// fill up first, on every session again.
+func (e *eosState) interval() time.Duration {
+	if e.timeout > 0 && e.maxInterval > e.timeout/2 {
+		return e.timeout / 2
+	}
+	return e.maxInterval
 }
 
 // wakeAt is when the loop must stop waiting for WAL: the next status
