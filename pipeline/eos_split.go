@@ -124,7 +124,7 @@ func resumeSplit(pos StatePosition, srv serverHistory, skipEnd pglogrepl.LSN) (S
 		return SplitPosition{}, "", err
 	}
 	if end != probe.EndLSN || skipEnd != pos.EndLSN {
-		return SplitPosition{}, fmt.Sprintf("exactly-once: the committed position inside the postgres transaction committing at %s (its first %d changes) is not in this server's history (a timeline switch before it); that transaction is produced whole",
+		return SplitPosition{}, fmt.Sprintf("exactly-once: the committed position inside the postgres transaction committing at %s (its first %d changes) is not in this server's history (the server switched timelines before it): nothing is skipped by it, and Kafka holds those changes of the old timeline",
 			s.CommitLSN, s.Changes), nil
 	}
 	return s, "", nil
