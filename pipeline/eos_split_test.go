@@ -322,3 +322,53 @@ func (el *eosLoop) wakeAtOrSoon() time.Time {
 	}
 	return soon
 }
+
+// TestEOSSplitAfterASplitTransactionEnded: a Postgres transaction whose
+// last record ended a split part completes while no Kafka transaction is
+// open; the next Postgres transaction is split before any whole one joins
+// a Kafka transaction. The second split's position must say the first
+// transaction is whole in Kafka: it named the last whole position before
+// the first one instead, so a restart from the slot (not yet confirmed
+// past the first) produced the first transaction's rows again, duplicates
+// in read_committed.
+func TestEOSSplitAfterASplitTransactionEnded(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionSplitRecords: 3}
+	first := newEOSLoop(t, c, cfg, 1)
+	if err := first.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	first.finish(t)
+	first.wal(t, pgBegin(0x2000, 2))
+	first.rows(t, "p1", "p2", "p3") // a part ends at its last record
+	first.wal(t, pgCommit(0x2000))
+	if err := first.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	first.wal(t, pgBegin(0x3000, 3))
+	first.rows(t, "q1", "q2", "q3")
+	if got, want := first.eos.lastCommitted.EndLSN, pglogrepl.LSN(0x2010); got != want {
+		t.Errorf("the second split's position ends at %s, want the end of the first split transaction %s", got, want)
+	}
+	// The instance dies; the slot was not confirmed past A.
+	second := newEOSLoop(t, c, cfg, 1)
+	if err := second.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	second.wal(t, pgBegin(0x2000, 2))
+	second.rows(t, "p1", "p2", "p3")
+	second.wal(t, pgCommit(0x2000))
+	if err := second.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	second.wal(t, pgBegin(0x3000, 3))
+	second.rows(t, "q1", "q2", "q3", "q4")
+	second.wal(t, pgCommit(0x3000))
+	if err := second.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	second.finish(t)
+	if got, want := strings.Join(readCommitted(t, c, eosTopic), " "), "a1 p1 p2 p3 q1 q2 q3 q4"; got != want {
+		t.Fatalf("read_committed saw %q, want each row once: %q", got, want)
+	}
+}
