@@ -254,7 +254,7 @@ var options = []*option{
 	},
 	{
 		flag: "transaction-max-interval", env: "WALBOX_TRANSACTION_MAX_INTERVAL", yaml: "transaction_max_interval", group: groupKafka,
-		help:     "With --delivery=exactly-once, commit a Kafka transaction at the first Postgres commit after it has been open this long",
+		help:     "With --delivery=exactly-once, commit a Kafka transaction at the first Postgres commit after it has been open this long (at most half of --transaction-timeout)",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.TransactionMaxInterval }),
 		check:    func(c *Config) error { return checkPositive(c.TransactionMaxInterval) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.TransactionMaxInterval = c.TransactionMaxInterval },

@@ -121,8 +121,10 @@ type Config struct {
 	TransactionalID string
 	// TransactionMaxRecords and TransactionMaxInterval bound a Kafka
 	// transaction (10000 records, 100ms): it is committed at the first
-	// Postgres transaction boundary after either is reached. A larger
-	// Postgres transaction is a Kafka transaction of its own, unless
+	// Postgres transaction boundary after either is reached; an interval
+	// above half of TransactionTimeout counts as half of it, so that the
+	// broker never aborts a transaction for its age. A larger Postgres
+	// transaction is a Kafka transaction of its own, unless
 	// TransactionSplitRecords or the transaction timeout split it.
 	TransactionMaxRecords  int
 	TransactionMaxInterval time.Duration

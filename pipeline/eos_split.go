@@ -29,6 +29,22 @@ import (
 // the loop skips its changes below the recorded count (eosSkips) and
 // produces the rest: read_committed consumers see every row once.
 //
+// The count names the same prefix only if the server sends the same
+// changes and messages again: it decodes them from the same WAL, but what
+// it sends depends on the session's options too. Logical decoding
+// messages come only with messages 'true', which at least once asks for
+// only with a message prefix or heartbeats; exactly-once always asks for
+// them, so that a restart with other options (heartbeats turned off, say)
+// does not skip one outbox row more than was committed for each message
+// the first run was sent. The publication must not change while a split
+// position is pending either: its tables' inserts are counted. A
+// streaming mode (protocol 2) that spools a transaction and replays it at
+// Stream Commit keeps the count only if the replay is what a non-streamed
+// decoding sends: the changes of aborted subtransactions dropped (Stream
+// Abort), messages outside the transaction's stream blocks not counted,
+// Begin carrying the commit LSN; the server decides anew on each decoding
+// whether to stream a transaction.
+//
 // The slot is never confirmed inside a Postgres transaction: a split
 // commit makes only the whole Postgres transactions before the split one
 // confirmable (the state record's end_lsn).
@@ -108,7 +124,7 @@ func resumeSplit(pos StatePosition, srv serverHistory, skipEnd pglogrepl.LSN) (S
 		return SplitPosition{}, "", err
 	}
 	if end != probe.EndLSN || skipEnd != pos.EndLSN {
-		return SplitPosition{}, fmt.Sprintf("exactly-once: the committed position inside the postgres transaction committing at %s (its first %d changes) is not in this server's history (a timeline switch before it); that transaction is produced whole",
+		return SplitPosition{}, fmt.Sprintf("exactly-once: the committed position inside the postgres transaction committing at %s (its first %d changes) is not in this server's history (the server switched timelines before it): nothing is skipped by it, and Kafka holds those changes of the old timeline",
 			s.CommitLSN, s.Changes), nil
 	}
 	return s, "", nil

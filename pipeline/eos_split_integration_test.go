@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/internal/fulltest"
@@ -162,5 +164,136 @@ func TestRelayExactlyOnceSplitsAHugeTransaction(t *testing.T) {
 	}
 	if splits < 1 {
 		t.Errorf("the second instance committed %v parts inside the huge transaction, want it split", splits)
+	}
+}
+
+// TestRelayExactlyOnceSplitPositionSurvivesAMessagesChange: real Postgres,
+// kfake. A split position counts the changes and transactional logical
+// decoding messages of the Postgres transaction; the server sends those
+// messages only when walbox asks for them (messages 'true'), which it did
+// only with a message prefix or heartbeats. An instance with heartbeats on
+// committed the first part of a transaction holding another tool's
+// message; its successor, started without heartbeats, was sent the
+// transaction without the message, so the recorded count named one change
+// more of it than was committed and that outbox row was never produced.
+// In exactly-once mode the messages are always asked for, so the stream a
+// count refers to is the same whatever the options.
+func TestRelayExactlyOnceSplitPositionSurvivesAMessagesChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	srv := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	const slot = "eos_split_msgs"
+	scfg := slotctl.Config{Table: "public.outbox", Slot: slot, Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	const aggType, rows = "splitmsg", 6
+	mutate := func(c *pipeline.Config) {
+		c.TransactionSplitRecords = 2
+		c.TransactionMaxInterval = 100 * time.Millisecond
+	}
+	frozen, release := make(chan struct{}), make(chan struct{})
+	var commits atomic.Int32
+	first := startEOSRelay(t, conn, srv.DSN("postgres"), brokers, slot, "walbox.state", func(c *pipeline.Config) {
+		mutate(c)
+		c.Heartbeats = true
+		c.TxnPhase = func(p string) {
+			// The first commit is the first part: row 1, the message,
+			// row 2 (3 changes).
+			if p == pipeline.PhaseCommitted && commits.Add(1) == 1 {
+				close(frozen)
+				<-release
+			}
+		}
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := func(n int) {
+		t.Helper()
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'agg', 'e', jsonb_build_object('n', $2::int))`, aggType, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(1)
+	if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'another-tool', 'not walbox''s')`); err != nil {
+		t.Fatal(err)
+	}
+	for n := 2; n <= rows; n++ {
+		insert(n)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-frozen:
+	case err := <-first.done:
+		t.Fatalf("first relay ended before its first commit: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the first relay never committed the first part")
+	}
+	killWalsender(t, conn, slot)
+	second := startEOSRelay(t, conn, srv.DSN("postgres"), brokers, slot, "walbox.state", mutate)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("outbox.event."+aggType),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seen := map[int]int{}
+	poll := func(pctx context.Context) {
+		fs := cl.PollFetches(pctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			var v struct{ N int }
+			if err := json.Unmarshal(r.Value, &v); err != nil {
+				t.Fatalf("record value %q: %v", r.Value, err)
+			}
+			seen[v.N]++
+		})
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	for len(seen) < rows && wctx.Err() == nil {
+		poll(wctx)
+	}
+	wcancel()
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	poll(pctx) // anything late comes now
+	pcancel()
+	close(release)
+	released = true
+	first.cancel()
+	<-first.done
+	if err := second.stop(t); err != nil {
+		t.Fatalf("second relay: %v", err)
+	}
+	for n := 1; n <= rows; n++ {
+		if seen[n] != 1 {
+			t.Errorf("row %d delivered %d times in read_committed, want once (seen %v)", n, seen[n], seen)
+		}
 	}
 }

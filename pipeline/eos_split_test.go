@@ -280,3 +280,95 @@ func TestResumeSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout: a Kafka
+// transaction of whole Postgres transactions is committed at half the
+// transaction timeout at the latest, whatever --transaction-max-interval
+// says. With an interval above the timeout, a trickle of small
+// transactions (fewer than TransactionMaxRecords per timeout) kept the
+// Kafka transaction open until the broker aborted it, on every session
+// after the restart too: nothing was ever committed.
+func TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout(t *testing.T) {
+	c := eosCluster(t)
+	const timeout = 800 * time.Millisecond
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: timeout}, 1)
+	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if due := el.eosCommitDue(); due.IsZero() || time.Until(due) > timeout/2 {
+		t.Errorf("commit due in %s, want within half the timeout (%s)", time.Until(due).Round(time.Millisecond), timeout/2)
+	}
+	// The loop wakes when the commit is due (wakeAt) and ticks.
+	for deadline := time.Now().Add(2 * timeout); time.Now().Before(deadline) && el.eos.lastCommitted.EndLSN == 0; {
+		time.Sleep(time.Until(el.wakeAtOrSoon()))
+		if err := el.tick(t); err != nil {
+			t.Fatalf("tick: %v", err)
+		}
+	}
+	if got := strings.Join(readCommitted(t, c, eosTopic), " "); got != "a1" {
+		t.Fatalf("read_committed saw %q, want a1 committed before the broker aborts it", got)
+	}
+	if n := testutil.ToFloat64(el.eos.m.timeouts); n != 0 {
+		t.Fatalf("walbox_kafka_transaction_timeouts_total = %v, want 0", n)
+	}
+}
+
+// wakeAtOrSoon is when the loop would stop waiting for WAL, at most 50ms
+// from now (the unit loop has no status interval).
+func (el *eosLoop) wakeAtOrSoon() time.Time {
+	soon := time.Now().Add(50 * time.Millisecond)
+	if due := el.eosCommitDue(); !due.IsZero() && due.Before(soon) {
+		return due
+	}
+	return soon
+}
+
+// TestEOSSplitAfterASplitTransactionEnded: a Postgres transaction whose
+// last record ended a split part completes while no Kafka transaction is
+// open; the next Postgres transaction is split before any whole one joins
+// a Kafka transaction. The second split's position must say the first
+// transaction is whole in Kafka: it named the last whole position before
+// the first one instead, so a restart from the slot (not yet confirmed
+// past the first) produced the first transaction's rows again, duplicates
+// in read_committed.
+func TestEOSSplitAfterASplitTransactionEnded(t *testing.T) {
+	c := eosCluster(t)
+	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionSplitRecords: 3}
+	first := newEOSLoop(t, c, cfg, 1)
+	if err := first.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	first.finish(t)
+	first.wal(t, pgBegin(0x2000, 2))
+	first.rows(t, "p1", "p2", "p3") // a part ends at its last record
+	first.wal(t, pgCommit(0x2000))
+	if err := first.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	first.wal(t, pgBegin(0x3000, 3))
+	first.rows(t, "q1", "q2", "q3")
+	if got, want := first.eos.lastCommitted.EndLSN, pglogrepl.LSN(0x2010); got != want {
+		t.Errorf("the second split's position ends at %s, want the end of the first split transaction %s", got, want)
+	}
+	// The instance dies; the slot was not confirmed past A.
+	second := newEOSLoop(t, c, cfg, 1)
+	if err := second.txn(t, 0x1000, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	second.wal(t, pgBegin(0x2000, 2))
+	second.rows(t, "p1", "p2", "p3")
+	second.wal(t, pgCommit(0x2000))
+	if err := second.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	second.wal(t, pgBegin(0x3000, 3))
+	second.rows(t, "q1", "q2", "q3", "q4")
+	second.wal(t, pgCommit(0x3000))
+	if err := second.tick(t); err != nil {
+		t.Fatal(err)
+	}
+	second.finish(t)
+	if got, want := strings.Join(readCommitted(t, c, eosTopic), " "), "a1 p1 p2 p3 q1 q2 q3 q4"; got != want {
+		t.Fatalf("read_committed saw %q, want each row once: %q", got, want)
+	}
+}

@@ -107,9 +107,12 @@ func (c Config) pluginArgs(major int) (args []string, streaming bool) {
 		"proto_version '" + strconv.Itoa(proto) + "'",
 		"publication_names '" + quotePublication(c.Publication) + "'",
 	}
-	if c.MessagePrefix != "" || c.Heartbeats {
+	if c.MessagePrefix != "" || c.Heartbeats || c.Delivery == DeliveryExactlyOnce {
 		// pgoutput sends logical decoding messages from PostgreSQL 14 on,
-		// which the preflight check already requires.
+		// which the preflight check already requires. Exactly-once asks
+		// for them whatever the options: a split position counts them
+		// (SplitPosition, eos_split.go), so the stream must not change with
+		// the options.
 		args = append(args, "messages 'true'")
 	}
 	if streaming {

@@ -119,9 +119,10 @@ type eosState struct {
 	// that the state topic shows committed (a split): its changes are
 	// skipped too.
 	skipSplit SplitPosition
-	// base is the last whole position committed: what a split commit
-	// records as its end when its Kafka transaction holds no whole
-	// Postgres transaction.
+	// base is the last whole position committed, or the last unit that
+	// ended while no Kafka transaction was open (all its records
+	// committed before): what a split commit records as its end when its
+	// Kafka transaction holds no whole Postgres transaction.
 	base StatePosition
 	// server is the history of the server this session streams from;
 	// positions are committed with it and checked against it.
@@ -583,6 +584,13 @@ func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
 		e.skipSplit = SplitPosition{} // the split transaction is past
 	}
 	if !e.open {
+		// None of its records is in the open Kafka transaction (there
+		// is none): they are in one committed or committing, and a
+		// later commit succeeds only after that one did. A split commit
+		// holding no whole Postgres transaction records this as its
+		// end (eosSplitPosition): the last part of a split transaction
+		// may have ended at its last record.
+		e.base = StatePosition{CommitLSN: commit, EndLSN: end}
 		return
 	}
 	e.covered = StatePosition{CommitLSN: commit, EndLSN: end}
@@ -605,7 +613,19 @@ func (l *loop) eosCommitDue() time.Time {
 	if e.full {
 		return e.began // due now
 	}
-	return e.began.Add(e.maxInterval)
+	return e.began.Add(e.interval())
+}
+
+// interval is how long a Kafka transaction of whole Postgres transactions
+// stays open: maxInterval, but at most half the transaction timeout, the
+// bound a split transaction gets too (eosSplitDue). An interval at or above
+// the timeout would let the broker abort every transaction that does not
+// fill up first, on every session again.
+func (e *eosState) interval() time.Duration {
+	if e.timeout > 0 && e.maxInterval > e.timeout/2 {
+		return e.timeout / 2
+	}
+	return e.maxInterval
 }
 
 // wakeAt is when the loop must stop waiting for WAL: the next status
@@ -725,7 +745,10 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 		e.m.splits.Inc()
 	}
 	e.lastCommitted = c.covered
-	e.base = StatePosition{CommitLSN: c.covered.CommitLSN, EndLSN: c.covered.EndLSN}
+	if c.covered.EndLSN >= e.base.EndLSN {
+		// Not if a unit ended since the commit started (eosUnitDone).
+		e.base = StatePosition{CommitLSN: c.covered.CommitLSN, EndLSN: c.covered.EndLSN}
+	}
 	e.forgetDiverted(c.covered)
 	// Everything before the end of the last whole Postgres transaction it
 	// covers is in Kafka now, or was never routed; never a position inside
