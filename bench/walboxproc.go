@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/walbox/walbox/internal/childproc"
 )
 
 // BuildWalbox builds ./cmd/walbox into dir and returns the binary's path.
@@ -118,11 +120,12 @@ func (w *walboxProc) Start(ctx context.Context) error {
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	// The relay must not outlive the benchmark, whatever kills it.
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
+	child, err := childproc.Start(w.cmd)
+	if err != nil {
 		return fmt.Errorf("start walbox: %w", err)
 	}
 	w.exited = make(chan error, 1)
-	go func() { w.exited <- w.cmd.Wait() }()
+	go func() { w.exited <- child.Wait() }()
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walbox/walbox/internal/childproc"
 	"github.com/walbox/walbox/internal/logbuf"
 )
 
@@ -83,11 +84,12 @@ func startWalboxOut(t *testing.T, env []string, stdout *logbuf.Buffer, args ...s
 		cmd.Stdout = stdout
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	child, err := childproc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = child.Wait()
 		close(p.done)
 	}()
 	t.Cleanup(func() {

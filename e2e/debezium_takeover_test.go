@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/debezium"
+	"github.com/walbox/walbox/internal/childproc"
 	"github.com/walbox/walbox/internal/debeziumtest"
 	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
@@ -397,7 +398,7 @@ func runWalboxCmd(t *testing.T, env []string, args ...string) (string, error) {
 	cmd := exec.Command(walboxBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
+	out, err := childproc.CombinedOutput(cmd)
 	return string(out), err
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walbox/walbox/internal/childproc"
 	"github.com/walbox/walbox/internal/kafkatest"
 	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
@@ -301,11 +302,12 @@ func startQuickstartProc(t *testing.T, cmd *exec.Cmd) *quickstartProc {
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
-	if err := cmd.Start(); err != nil {
+	child, err := childproc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = child.Wait()
 		close(p.done)
 	}()
 	t.Cleanup(func() {

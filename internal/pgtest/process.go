@@ -154,12 +154,19 @@ func childEnv() []string {
 	return append(env, "LC_ALL=C")
 }
 
-// run runs a short-lived tool (initdb) as the server's account.
+// run runs a short-lived tool (initdb) as the server's account. The OS
+// thread stays locked while it runs: the parent-death signal fires when the
+// thread that forked the child exits, and a thread the runtime later hands
+// to a goroutine that locks it and ends (spawn's, once its postmaster has
+// exited) would take the tool down with it: initdb then reports "caught
+// signal" (its SIGQUIT handler) halfway through its bootstrap.
 func (s *Server) run(ctx context.Context, path string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = s.root // the caller's working directory may be unreadable to postgres
 	cmd.Env = childEnv()
 	cmd.SysProcAttr = s.cred.sysProcAttr()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	return cmd.CombinedOutput()
 }
 
