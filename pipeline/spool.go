@@ -62,6 +62,80 @@ type spoolFile struct {
 	size int64
 	// aborted holds the subtransactions rolled back so far.
 	aborted map[uint32]bool
+	// Inside a stream the server tags a transactional logical decoding
+	// message with the top-level xid, whichever subtransaction emitted
+	// it, so a rolled back subtransaction's messages are found by their
+	// position instead (see resolve). first is the offset of the first
+	// record of each subtransaction, lastEnd the end of the last record
+	// other than a message of each xid (the top-level one included), msgs
+	// the offsets of the messages still kept, dropped those of messages
+	// rolled back, and pending the subtransactions whose Stream Abort came
+	// since the last record or block.
+	first   map[uint32]int64
+	lastEnd map[uint32]int64
+	msgs    []int64
+	dropped map[int64]bool
+	pending []uint32
+}
+
+// errStreamAmbiguous is returned (wrapped) when a subtransaction of a
+// streamed transaction rolled back, and a logical decoding message spooled
+// before its first change may or may not have been emitted in it: the
+// stream does not say. Only the transaction decoded whole at its commit
+// (protocol version 1) tells.
+var errStreamAmbiguous = errors.New("rolled back subtransaction with messages the stream cannot attribute")
+
+// resolve decides which spooled messages the subtransactions in pending
+// rolled back. When the server sends the Stream Abort of a subtransaction,
+// everything of the transaction streamed since that subtransaction's first
+// record belongs to it or its own subtransactions: it was open until the
+// abort, and the stream is in WAL order. Every Stream Abort of one rollback
+// (one per rolled back subtransaction with streamed changes) comes in a
+// row, before any later record, so pending is one rolled back tree. Its
+// records start at or before the first record tagged with any of its xids
+// (cut), and after the last record of an xid never rolled back (bnd): a
+// message at or after cut is rolled back, one before bnd is kept, and one
+// in between cannot be told.
+func (f *spoolFile) resolve(xid uint32) error {
+	if len(f.pending) == 0 {
+		return nil
+	}
+	pending := f.pending
+	f.pending = nil
+	cut := f.size
+	for _, sub := range pending {
+		if o, ok := f.first[sub]; ok && o < cut {
+			cut = o
+		}
+	}
+	var bnd int64
+	for x, end := range f.lastEnd {
+		if !f.aborted[x] && end > bnd {
+			bnd = end
+		}
+	}
+	kept := f.msgs[:0]
+	var unclear []int64
+	for _, o := range f.msgs {
+		switch {
+		case o >= cut:
+			if f.dropped == nil {
+				f.dropped = map[int64]bool{}
+			}
+			f.dropped[o] = true
+		case o >= bnd:
+			unclear = append(unclear, o)
+			kept = append(kept, o)
+		default:
+			kept = append(kept, o)
+		}
+	}
+	f.msgs = kept
+	if len(unclear) > 0 {
+		return fmt.Errorf("%w: streamed transaction %d rolled back subtransaction(s) %v, and %d logical decoding message(s) before their first change may have been emitted in them",
+			errStreamAmbiguous, xid, pending, len(unclear))
+	}
+	return nil
 }
 
 // spoolHeaderLen is a record's header: Int32 data length, Int32 xid of the
@@ -152,10 +226,15 @@ func (s *spool) unwritable(err error) error {
 
 // start begins a stream block of xid. The first block of a transaction
 // drops whatever an earlier session kept of it.
-func (s *spool) start(xid uint32, first bool) {
+func (s *spool) start(xid uint32, first bool) error {
 	if first {
 		s.drop(xid)
+		return nil
 	}
+	if f := s.files[xid]; f != nil {
+		return f.resolve(xid)
+	}
+	return nil
 }
 
 // append writes one streamed change to its transaction's file.
@@ -176,8 +255,23 @@ func (s *spool) append(c *decoder.StreamChange) error {
 		}
 		// A small buffer per open transaction: many may stream at once,
 		// and the kernel's page cache batches the writes anyway.
-		f = &spoolFile{f: file, w: bufio.NewWriterSize(file, 8<<10)}
+		f = &spoolFile{f: file, w: bufio.NewWriterSize(file, 8<<10), first: map[uint32]int64{}, lastEnd: map[uint32]int64{}}
 		s.files[c.TopXID] = f
+	}
+	if err := f.resolve(c.TopXID); err != nil {
+		return err
+	}
+	off := f.size
+	switch c.Kind {
+	case 'M':
+		f.msgs = append(f.msgs, off)
+	case 'O':
+		// Sent with a block's start, no xid of its own.
+	default:
+		f.lastEnd[c.XID] = off + n
+	}
+	if _, ok := f.first[c.XID]; !ok && c.XID != c.TopXID {
+		f.first[c.XID] = off
 	}
 	var hdr [spoolHeaderLen]byte
 	binary.BigEndian.PutUint32(hdr[0:], uint32(len(c.Data)))
@@ -206,6 +300,7 @@ func (s *spool) abortSub(xid, sub uint32) {
 		f.aborted = map[uint32]bool{}
 	}
 	f.aborted[sub] = true
+	f.pending = append(f.pending, sub)
 }
 
 // drop deletes what is kept of xid (a whole abort, or a new first block).
@@ -228,13 +323,16 @@ func (s *spool) open(xid uint32) (*spoolReader, error) {
 	if f == nil {
 		return nil, nil
 	}
+	if err := f.resolve(xid); err != nil {
+		return nil, err
+	}
 	if err := f.w.Flush(); err != nil {
 		return nil, s.unwritable(err)
 	}
 	if _, err := f.f.Seek(0, io.SeekStart); err != nil {
 		return nil, s.unwritable(err)
 	}
-	return &spoolReader{r: bufio.NewReaderSize(f.f, 64<<10), aborted: f.aborted, top: xid}, nil
+	return &spoolReader{r: bufio.NewReaderSize(f.f, 64<<10), aborted: f.aborted, dropped: f.dropped, top: xid}, nil
 }
 
 // reset drops every transaction: a new session sends them again.
@@ -263,6 +361,8 @@ func (s *spool) path(xid uint32) string {
 type spoolReader struct {
 	r       *bufio.Reader
 	aborted map[uint32]bool
+	dropped map[int64]bool // offsets of rolled back messages (spoolFile.resolve)
+	off     int64
 	top     uint32
 	buf     []byte
 	change  decoder.StreamChange
@@ -294,7 +394,9 @@ func (sr *spoolReader) next() (*decoder.StreamChange, error) {
 		if n > 0 {
 			sr.change.Kind = sr.buf[0]
 		}
-		if sr.change.Aborted(sr.aborted) {
+		off := sr.off
+		sr.off += int64(spoolHeaderLen + n)
+		if sr.change.Aborted(sr.aborted) || sr.dropped[off] {
 			continue
 		}
 		return &sr.change, nil

@@ -1,0 +1,138 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/walbox/walbox/internal/fulltest"
+	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/pipeline"
+)
+
+// outboxMessage renders ev as the content of an outbox message.
+func outboxMessage(ev outboxtest.Event) string {
+	content, _ := json.Marshal(map[string]any{
+		"id": ev.ID, "aggregate_type": ev.AggregateType, "aggregate_id": ev.AggregateID,
+		"event_type": ev.EventType, "payload": json.RawMessage(ev.Payload), "headers": ev.Headers,
+	})
+	return string(content)
+}
+
+// TestStreamingRolledBackSubtransactionMessage: a transactional outbox
+// message emitted in a subtransaction that is streamed and then rolled back
+// (ROLLBACK TO SAVEPOINT) is not an event, as with protocol version 1.
+// Inside a stream the server tags a transactional message with the
+// top-level xid, not the subtransaction's, so the xid alone cannot tell it
+// was rolled back; the same goes for a message in a nested savepoint.
+func TestStreamingRolledBackSubtransactionMessage(t *testing.T) {
+	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+		e := startEnvWith(t, time.Second, func(c *pipeline.Config) {
+			c.SpoolDir = t.TempDir()
+			c.MessagePrefix = "outbox"
+		}, pgtest.WithBinDir(v.BinDir), smallWorkMem)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		n := fulltest.Pick(2_000, 10_000)
+		gen := outboxtest.NewGenerator(13, 1)
+		keep1, msgKept, msgDropped, dropped, nestedMsg, keep2 := gen.Batch(n), gen.Batch(1), gen.Batch(1), gen.Batch(n), gen.Batch(1), gen.Batch(n)
+		// A second transaction, its rolled back messages after the
+		// subtransaction's first row: told apart by their position.
+		keep3, dropped2, msgDropped2, dropped3, keep4 := gen.Batch(n), gen.Batch(n), gen.Batch(1), gen.Batch(n), gen.Batch(n)
+		tx, err := e.conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit := func(ev outboxtest.Event) func() error {
+			return func() error {
+				_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'outbox', $1::text)`, outboxMessage(ev))
+				return err
+			}
+		}
+		exec := func(sql string) func() error {
+			return func() error { _, err := tx.Exec(ctx, sql); return err }
+		}
+		for _, step := range []func() error{
+			func() error { return copyEvents(ctx, tx, keep1) },
+			emit(msgKept[0]),
+			exec(`SAVEPOINT s`),
+			emit(msgDropped[0]),
+			exec(`SAVEPOINT inner_s`),
+			emit(nestedMsg[0]),
+			func() error { return copyEvents(ctx, tx, dropped) }, // streams the messages before the rollback
+			exec(`RELEASE SAVEPOINT inner_s`),
+			exec(`ROLLBACK TO SAVEPOINT s`),
+			func() error { return copyEvents(ctx, tx, keep2) },
+			func() error { return tx.Commit(ctx) },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		written := append(append(append([]outboxtest.Event{}, keep1...), msgKept...), keep2...)
+		tx, err = e.conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []func() error{
+			func() error { return copyEvents(ctx, tx, keep3) },
+			exec(`SAVEPOINT s2`),
+			func() error { return copyEvents(ctx, tx, dropped2) },
+			emit(msgDropped2[0]),
+			func() error { return copyEvents(ctx, tx, dropped3) }, // streams the message before the rollback
+			exec(`ROLLBACK TO SAVEPOINT s2`),
+			func() error { return copyEvents(ctx, tx, keep4) },
+			func() error { return tx.Commit(ctx) },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		written = append(append(written, keep3...), keep4...)
+		last := gen.Batch(1)
+		if err := outboxtest.WriteTx(ctx, e.conn, last); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, last...)
+
+		consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer consumer.Close()
+		got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
+			for _, g := range got {
+				if g.Headers["event_id"] == last[0].ID {
+					return true
+				}
+			}
+			return false
+		})
+		if err != nil {
+			t.Fatalf("consume: %v", err)
+		}
+		for _, g := range got {
+			if id := g.Headers["event_id"]; id == msgDropped[0].ID || id == nestedMsg[0].ID || id == msgDropped2[0].ID {
+				t.Errorf("the message %s of a rolled back subtransaction reached Kafka", id)
+			}
+		}
+		for i, g := range got {
+			if i >= len(written) || g.Headers["event_id"] != written[i].ID {
+				t.Fatalf("record %d is %s; %d records for %d events", i, g.Headers["event_id"], len(got), len(written))
+			}
+		}
+		if len(got) != len(written) {
+			t.Fatalf("%d records for %d events", len(got), len(written))
+		}
+		if sub := metricSum(t, e.reg, "walbox_streamed_aborts_total"); sub < 2 {
+			t.Errorf("walbox_streamed_aborts_total %v: the subtransactions were not streamed before their rollback", sub)
+		}
+		// The first transaction could not be told apart and came again
+		// whole; the second could.
+		if n := metricSum(t, e.reg, "walbox_streamed_unstreamed_total"); n != 1 {
+			t.Errorf("walbox_streamed_unstreamed_total %v, want 1", n)
+		}
+	})
+}
