@@ -155,6 +155,17 @@ func (s *spool) ensureDir() error {
 	if err := os.MkdirAll(s.parent, 0o700); err != nil {
 		return s.unwritable(err)
 	}
+	// Held while removing the dead and creating and locking this one's
+	// subdirectory: between its creation and its flock a subdirectory
+	// looks dead to a process starting at the same time.
+	guard, err := os.OpenFile(filepath.Join(s.parent, ".walbox-spool.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return s.unwritable(err)
+	}
+	defer guard.Close() // releases the flock
+	if err := syscall.Flock(int(guard.Fd()), syscall.LOCK_EX); err != nil {
+		return s.unwritable(fmt.Errorf("lock %s: %w", guard.Name(), err))
+	}
 	s.removeDead()
 	dir, err := os.MkdirTemp(s.parent, "walbox-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {

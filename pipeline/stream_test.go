@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/decoder"
 )
 
 // Stream messages of pgoutput protocol version 2 (see decoder/stream_test.go
@@ -343,6 +346,36 @@ func TestPluginArgs(t *testing.T) {
 	for in, want := range map[string]int{"15.4 (Debian 15.4-1.pgdg120+1)": 15, "17beta1": 17, "18.0": 18, "": 0, "x": 0} {
 		if got := serverMajor(in); got != want {
 			t.Errorf("serverMajor(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestSpoolStartsTogether: processes starting at once on one directory (an
+// active instance and its --standby, say) never remove each other's spool
+// between its creation and its lock.
+func TestSpoolStartsTogether(t *testing.T) {
+	parent := t.TempDir()
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := range 150 {
+				s := newSpool(parent, 1<<20, newStreamMetrics(nil).spoolBytes)
+				err := s.append(&decoder.StreamChange{TopXID: 7, XID: 7, Kind: 'I', LSN: 1, Data: []byte("I")})
+				if err == nil {
+					_, err = os.Stat(s.path(7))
+				}
+				s.close()
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, start %d: %w", g, i, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
