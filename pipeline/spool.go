@@ -65,17 +65,54 @@ type spoolFile struct {
 	// Inside a stream the server tags a transactional logical decoding
 	// message with the top-level xid, whichever subtransaction emitted
 	// it, so a rolled back subtransaction's messages are found by their
-	// position instead (see resolve). first is the offset of the first
-	// record of each subtransaction, lastEnd the end of the last record
-	// other than a message of each xid (the top-level one included), msgs
-	// the offsets of the messages still kept, dropped those of messages
-	// rolled back, and pending the subtransactions whose Stream Abort came
-	// since the last record or block.
+	// position instead (see resolve). Since the top-level transaction's
+	// last change (ending at topEnd), first holds the offset of each
+	// subtransaction's first record and lastEnd the end of its last one,
+	// messages aside, msgs the offsets of the messages; dropped holds the
+	// offsets of the messages rolled back, and pending the subtransactions
+	// whose Stream Abort came since the last record or block.
 	first   map[uint32]int64
 	lastEnd map[uint32]int64
+	topEnd  int64 // end of the last change of the top-level transaction
 	msgs    []int64
 	dropped map[int64]bool
 	pending []uint32
+}
+
+// maxTrackedSubXIDs bounds the subtransactions a spool file follows for
+// resolve since the last change of the top-level transaction (a PL/pgSQL
+// loop with an EXCEPTION block makes one per iteration). Past it, resolve
+// knows less and may send the transaction again whole (errStreamAmbiguous),
+// never decide wrongly.
+const maxTrackedSubXIDs = 1 << 16
+
+// track notes the position of change c, n bytes, about to be written at
+// the end of f, for resolve.
+func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
+	off := f.size
+	switch {
+	case c.Kind == 'M':
+		f.msgs = append(f.msgs, off)
+		return
+	case c.Kind == 'O':
+		// Sent with a block's start, with no xid of its own.
+		return
+	case c.XID == c.TopXID:
+		// No subtransaction was open: every later rollback starts
+		// after this change, and the messages before it stay.
+		f.topEnd = off + n
+		clear(f.first)
+		clear(f.lastEnd)
+		f.msgs = f.msgs[:0]
+		return
+	}
+	if _, ok := f.lastEnd[c.XID]; !ok {
+		if len(f.lastEnd) >= maxTrackedSubXIDs {
+			return
+		}
+		f.first[c.XID] = off
+	}
+	f.lastEnd[c.XID] = off + n
 }
 
 // errStreamAmbiguous is returned (wrapped) when a subtransaction of a
@@ -108,7 +145,7 @@ func (f *spoolFile) resolve(xid uint32) error {
 			cut = o
 		}
 	}
-	var bnd int64
+	bnd := f.topEnd
 	for x, end := range f.lastEnd {
 		if !f.aborted[x] && end > bnd {
 			bnd = end
@@ -272,18 +309,7 @@ func (s *spool) append(c *decoder.StreamChange) error {
 	if err := f.resolve(c.TopXID); err != nil {
 		return err
 	}
-	off := f.size
-	switch c.Kind {
-	case 'M':
-		f.msgs = append(f.msgs, off)
-	case 'O':
-		// Sent with a block's start, no xid of its own.
-	default:
-		f.lastEnd[c.XID] = off + n
-	}
-	if _, ok := f.first[c.XID]; !ok && c.XID != c.TopXID {
-		f.first[c.XID] = off
-	}
+	f.track(c, n)
 	var hdr [spoolHeaderLen]byte
 	binary.BigEndian.PutUint32(hdr[0:], uint32(len(c.Data)))
 	binary.BigEndian.PutUint32(hdr[4:], c.XID)
