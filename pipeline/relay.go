@@ -163,6 +163,7 @@ func (r *Relay) failureErr() error {
 // returns nil) or a permanent error occurs. Retryable failures of the
 // Postgres connection are retried with capped exponential backoff.
 func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
+	r.spool.cleanup()
 	defer r.spool.close()
 	r.tracker = checkpoint.New(start)
 	if r.eos != nil {

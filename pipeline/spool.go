@@ -222,6 +222,25 @@ func (s *spool) ensureDir() error {
 	return nil
 }
 
+// cleanup removes what dead processes left under the spool directory, at
+// start: the subdirectory of this process is created only with the first
+// streamed transaction, which may never come. Failures are ignored, as in
+// removeDead; a directory that does not exist holds nothing.
+func (s *spool) cleanup() {
+	if _, err := os.Stat(s.parent); err != nil {
+		return
+	}
+	guard, err := os.OpenFile(filepath.Join(s.parent, ".walbox-spool.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return
+	}
+	defer guard.Close()
+	if syscall.Flock(int(guard.Fd()), syscall.LOCK_EX) != nil {
+		return
+	}
+	s.removeDead()
+}
+
 // removeDead deletes the subdirectories of processes that no longer hold
 // their lock. Failures are ignored: what is left is only disk space, and the
 // next start tries again.

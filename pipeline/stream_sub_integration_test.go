@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -135,4 +137,37 @@ func TestStreamingRolledBackSubtransactionMessage(t *testing.T) {
 			t.Errorf("walbox_streamed_unstreamed_total %v, want 1", n)
 		}
 	})
+}
+
+// TestSpoolCleanedAtStart: a start removes a dead process's spool even if
+// no transaction streams to the new one.
+func TestSpoolCleanedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	dead := filepath.Join(dir, "walbox-1-dead")
+	if err := os.MkdirAll(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"lock", "7.spool"} {
+		if err := os.WriteFile(filepath.Join(dead, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := startEnvWith(t, time.Second, func(c *pipeline.Config) { c.SpoolDir = dir })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ev := outboxtest.NewGenerator(14, 1).Batch(1)
+	if err := outboxtest.WriteTx(ctx, e.conn, ev); err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	if _, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return len(got) >= 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("the dead process's spool is still there after the start: %v", err)
+	}
 }
