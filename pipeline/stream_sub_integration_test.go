@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/slotctl"
 )
 
 // outboxMessage renders ev as the content of an outbox message.
@@ -169,5 +173,79 @@ func TestSpoolCleanedAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
 		t.Fatalf("the dead process's spool is still there after the start: %v", err)
+	}
+}
+
+// TestStreamingRolledBackSubtransactionMessageExactlyOnce: the same with
+// exactly-once, where the transaction sent again whole with protocol
+// version 1 arrives once, without the rolled back message.
+func TestStreamingRolledBackSubtransactionMessageExactlyOnce(t *testing.T) {
+	srv := pgtest.Start(t, smallWorkMem)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "eos_stream", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	run := startEOSRelay(t, conn, srv.DSN("postgres"), cluster.ListenAddrs(), "eos_stream", "walbox.state", func(c *pipeline.Config) {
+		c.SpoolDir = t.TempDir()
+		c.StatusInterval = time.Second
+		c.MessagePrefix = "outbox"
+	})
+	n := fulltest.Pick(2_000, 10_000)
+	gen := outboxtest.NewGenerator(15, 3)
+	keep1, msgDropped, dropped, keep2 := gen.Batch(n), gen.Batch(1), gen.Batch(n), gen.Batch(n)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func() error{
+		func() error { return copyEvents(ctx, tx, keep1) },
+		func() error { _, err := tx.Exec(ctx, `SAVEPOINT s`); return err },
+		func() error {
+			_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'outbox', $1::text)`, outboxMessage(msgDropped[0]))
+			return err
+		},
+		func() error { return copyEvents(ctx, tx, dropped) },
+		func() error { _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT s`); return err },
+		func() error { return copyEvents(ctx, tx, keep2) },
+		func() error { return tx.Commit(ctx) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := append(append([]outboxtest.Event{}, keep1...), keep2...)
+	consumer, err := outboxtest.NewConsumer(cluster.ListenAddrs(), `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool { return outboxtest.DistinctIDs(got) >= len(written) })
+	rep := outboxtest.Check(written, got)
+	if err != nil || !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 || len(got) != len(written) {
+		t.Fatalf("exactly-once delivery: %v, %d records for %d events (%v)", rep, len(got), len(written), err)
+	}
+	if err := run.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := metricSum(t, run.reg, "walbox_streamed_unstreamed_total"); n != 1 {
+		t.Errorf("walbox_streamed_unstreamed_total %v, want 1", n)
 	}
 }
