@@ -144,10 +144,9 @@ func (c Config) sessionPluginArgs(major int, unstream uint32) (args []string, st
 // (eos_split.go). Instead the session ends, and the next one speaks
 // protocol version 1 from the confirmed position, where the server decodes
 // that one transaction whole at its commit, as before streaming; once it
-// is handed on and acknowledged, the session ends again to stream (at
-// least once; with exactly-once the session streams again from its next
-// reconnect). Should the transaction roll back, nothing of it comes and
-// the next reconnect streams again.
+// is handed on and acknowledged (with exactly-once: its Kafka transaction
+// committed), the session ends again to stream. Should the transaction
+// roll back, nothing of it comes and the next reconnect streams again.
 type unstreamState struct {
 	xid  uint32
 	open bool // its Begin was handled, not its Commit
@@ -170,7 +169,8 @@ func (l *loop) unstreamCommit() {
 // unstreamDone reports whether the session can end to stream again: the
 // transaction it was for is handed on and Kafka acknowledged all of it.
 func (l *loop) unstreamDone() bool {
-	return l.unstream.done && l.eos == nil && l.replay == nil && !l.dec.InTransaction() && l.tracker.Idle()
+	return l.unstream.done && l.replay == nil && !l.dec.InTransaction() && l.tracker.Idle() &&
+		(l.eos == nil || (!l.eos.open && l.eos.committing == nil && len(l.eos.queue) == 0))
 }
 
 // unstreamable turns errStreamAmbiguous of streamed transaction xid into a

@@ -207,6 +207,7 @@ func TestStreamingRolledBackSubtransactionMessageExactlyOnce(t *testing.T) {
 		c.SpoolDir = t.TempDir()
 		c.StatusInterval = time.Second
 		c.MessagePrefix = "outbox"
+		c.TransactionMaxInterval = 200 * time.Millisecond
 	})
 	n := fulltest.Pick(2_000, 10_000)
 	gen := outboxtest.NewGenerator(15, 3)
@@ -232,6 +233,16 @@ func TestStreamingRolledBackSubtransactionMessageExactlyOnce(t *testing.T) {
 		}
 	}
 	written := append(append([]outboxtest.Event{}, keep1...), keep2...)
+	// Once it is committed in Kafka the relay reconnects to stream again:
+	// the next large transaction streams.
+	waitFor(t, time.Minute, "the reconnect after the transaction sent whole", func() bool {
+		return metricSum(t, run.reg, "walbox_postgres_reconnects_total") >= 2
+	})
+	next := gen.Batch(n)
+	if err := outboxtest.WriteTx(ctx, conn, next); err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, next...)
 	consumer, err := outboxtest.NewConsumer(cluster.ListenAddrs(), `outbox\.event\..*`)
 	if err != nil {
 		t.Fatal(err)
@@ -247,5 +258,8 @@ func TestStreamingRolledBackSubtransactionMessageExactlyOnce(t *testing.T) {
 	}
 	if n := metricSum(t, run.reg, "walbox_streamed_unstreamed_total"); n != 1 {
 		t.Errorf("walbox_streamed_unstreamed_total %v, want 1", n)
+	}
+	if n := metricSum(t, run.reg, "walbox_streamed_transactions_total"); n < 1 {
+		t.Errorf("walbox_streamed_transactions_total %v: the transaction after the one sent whole did not stream", n)
 	}
 }
