@@ -564,10 +564,18 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 			return fmt.Errorf("stream block of xid %d is not the transaction's first, but the replay never saw its first one; run the replay again", m.XID)
 		}
 		r.streamsSeen[m.XID] = true
-		r.spool.start(m.XID, m.First)
+		if err := r.spool.start(m.XID, m.First); err != nil {
+			return fmt.Errorf("%w; run the replay again with --streaming=false, so that the server sends the transaction whole", err)
+		}
 		return nil
 	case *decoder.StreamChange:
-		return r.spool.append(m)
+		if err := r.spool.append(m); err != nil {
+			if errors.Is(err, errStreamAmbiguous) {
+				return fmt.Errorf("%w; run the replay again with --streaming=false, so that the server sends the transaction whole", err)
+			}
+			return err
+		}
+		return nil
 	case *decoder.StreamStop:
 		return nil
 	case *decoder.StreamAbort:
@@ -596,6 +604,9 @@ func (r *rangeReplay) replayStreamed(c *decoder.StreamCommit) error {
 	r.res.Streamed++
 	rd, err := r.spool.open(c.XID)
 	if err != nil {
+		if errors.Is(err, errStreamAmbiguous) {
+			return fmt.Errorf("%w; run the replay again with --streaming=false, so that the server sends the transaction whole", err)
+		}
 		return err
 	}
 	begin, err := r.dec.BeginStreamed(c)

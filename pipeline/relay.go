@@ -87,6 +87,10 @@ type Relay struct {
 	// spool keeps streamed transactions until they commit (stream.go).
 	spool         *spool
 	streamMetrics *streamMetrics
+	// unstreamXID is a streamed transaction the stream could not tell
+	// apart (errStreamAmbiguous): the next session speaks protocol
+	// version 1, so the server sends it whole at its commit (stream.go).
+	unstreamXID uint32
 }
 
 // New builds a relay. Metrics go to reg; log must not be nil.
@@ -159,6 +163,7 @@ func (r *Relay) failureErr() error {
 // returns nil) or a permanent error occurs. Retryable failures of the
 // Postgres connection are retried with capped exponential backoff.
 func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
+	r.spool.cleanup()
 	defer r.spool.close()
 	r.tracker = checkpoint.New(start)
 	if r.eos != nil {

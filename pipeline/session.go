@@ -69,7 +69,9 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.eos.server = srv
 	}
 	start = r.adoptHistory(start, srv)
-	args, streams := r.cfg.pluginArgs(serverMajor(conn.ParameterStatus("server_version")))
+	unstream := r.unstreamXID
+	r.unstreamXID = 0
+	args, streams := r.cfg.sessionPluginArgs(serverMajor(conn.ParameterStatus("server_version")), unstream)
 	if args, err = r.withOrigin(conn, args); err != nil {
 		return false, err
 	}
@@ -94,7 +96,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.metrics.streaming.Set(1)
 
 	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(),
-		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit}
+		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit, unstream: unstreamState{xid: unstream}}
 	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
 	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
 	err = l.run(ctx)
@@ -168,6 +170,9 @@ type loop struct {
 	// transactions whose first block this session received.
 	replay      *streamReplay
 	streamsSeen map[uint32]bool
+	// unstream is the transaction this session was started with protocol
+	// version 1 for (Relay.unstreamXID), 0 when none; see stream.go.
+	unstream unstreamState
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -200,6 +205,9 @@ func (l *loop) run(ctx context.Context) error {
 			// meanwhile waits in the socket.
 			l.lastReceive = time.Now()
 			continue
+		}
+		if l.unstreamDone() {
+			return &connectionLostError{err: fmt.Errorf("xid %d arrived whole with protocol version 1; reconnecting to stream again", l.unstream.xid)}
 		}
 		if l.replay != nil {
 			// A committed streamed transaction is handed on before
@@ -330,6 +338,7 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error {
 	switch m := msg.(type) {
 	case *decoder.Begin:
+		l.unstreamBegin(m.XID)
 		l.txn = l.tracker.Begin()
 		l.ord = 0
 		l.lastCommit = max(l.lastCommit, m.CommitLSN)
@@ -365,6 +374,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 			return l.outboxUpdate(m.Relation, walStart)
 		}
 	case *decoder.Commit:
+		l.unstreamCommit()
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
 			l.txn = nil

@@ -62,6 +62,117 @@ type spoolFile struct {
 	size int64
 	// aborted holds the subtransactions rolled back so far.
 	aborted map[uint32]bool
+	// Inside a stream the server tags a transactional logical decoding
+	// message with the top-level xid, whichever subtransaction emitted
+	// it, so a rolled back subtransaction's messages are found by their
+	// position instead (see resolve). Since the top-level transaction's
+	// last change (ending at topEnd), first holds the offset of each
+	// subtransaction's first record and lastEnd the end of its last one,
+	// messages aside, msgs the offsets of the messages; dropped holds the
+	// offsets of the messages rolled back, and pending the subtransactions
+	// whose Stream Abort came since the last record or block.
+	first   map[uint32]int64
+	lastEnd map[uint32]int64
+	topEnd  int64 // end of the last change of the top-level transaction
+	msgs    []int64
+	dropped map[int64]bool
+	pending []uint32
+}
+
+// maxTrackedSubXIDs bounds the subtransactions a spool file follows for
+// resolve since the last change of the top-level transaction (a PL/pgSQL
+// loop with an EXCEPTION block makes one per iteration). Past it, resolve
+// knows less and may send the transaction again whole (errStreamAmbiguous),
+// never decide wrongly.
+const maxTrackedSubXIDs = 1 << 16
+
+// track notes the position of change c, n bytes, about to be written at
+// the end of f, for resolve.
+func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
+	off := f.size
+	switch {
+	case c.Kind == 'M':
+		f.msgs = append(f.msgs, off)
+		return
+	case c.Kind == 'O':
+		// Sent with a block's start, with no xid of its own.
+		return
+	case c.XID == c.TopXID:
+		// No subtransaction was open: every later rollback starts
+		// after this change, and the messages before it stay.
+		f.topEnd = off + n
+		clear(f.first)
+		clear(f.lastEnd)
+		f.msgs = f.msgs[:0]
+		return
+	}
+	if _, ok := f.lastEnd[c.XID]; !ok {
+		if len(f.lastEnd) >= maxTrackedSubXIDs {
+			return
+		}
+		f.first[c.XID] = off
+	}
+	f.lastEnd[c.XID] = off + n
+}
+
+// errStreamAmbiguous is returned (wrapped) when a subtransaction of a
+// streamed transaction rolled back, and a logical decoding message spooled
+// before its first change may or may not have been emitted in it: the
+// stream does not say. Only the transaction decoded whole at its commit
+// (protocol version 1) tells.
+var errStreamAmbiguous = errors.New("rolled back subtransaction with messages the stream cannot attribute")
+
+// resolve decides which spooled messages the subtransactions in pending
+// rolled back. When the server sends the Stream Abort of a subtransaction,
+// everything of the transaction streamed since that subtransaction's first
+// record belongs to it or its own subtransactions: it was open until the
+// abort, and the stream is in WAL order. Every Stream Abort of one rollback
+// (one per rolled back subtransaction with streamed changes) comes in a
+// row, before any later record, so pending is one rolled back tree. Its
+// records start at or before the first record tagged with any of its xids
+// (cut), and after the last record of an xid never rolled back (bnd): a
+// message at or after cut is rolled back, one before bnd is kept, and one
+// in between cannot be told.
+func (f *spoolFile) resolve(xid uint32) error {
+	if len(f.pending) == 0 {
+		return nil
+	}
+	pending := f.pending
+	f.pending = nil
+	cut := f.size
+	for _, sub := range pending {
+		if o, ok := f.first[sub]; ok && o < cut {
+			cut = o
+		}
+	}
+	bnd := f.topEnd
+	for x, end := range f.lastEnd {
+		if !f.aborted[x] && end > bnd {
+			bnd = end
+		}
+	}
+	kept := f.msgs[:0]
+	var unclear []int64
+	for _, o := range f.msgs {
+		switch {
+		case o >= cut:
+			if f.dropped == nil {
+				f.dropped = map[int64]bool{}
+			}
+			f.dropped[o] = true
+		case o >= bnd:
+			unclear = append(unclear, o)
+			kept = append(kept, o)
+		default:
+			kept = append(kept, o)
+		}
+	}
+	f.msgs = kept
+	if len(unclear) > 0 {
+		return fmt.Errorf("%w: streamed transaction %d rolled back subtransaction(s) %v, and %d logical decoding message(s) before their first change may have been emitted in them",
+			errStreamAmbiguous, xid, pending, len(unclear))
+	}
+	return nil
 }
 
 // spoolHeaderLen is a record's header: Int32 data length, Int32 xid of the
@@ -81,6 +192,17 @@ func (s *spool) ensureDir() error {
 	if err := os.MkdirAll(s.parent, 0o700); err != nil {
 		return s.unwritable(err)
 	}
+	// Held while removing the dead and creating and locking this one's
+	// subdirectory: between its creation and its flock a subdirectory
+	// looks dead to a process starting at the same time.
+	guard, err := os.OpenFile(filepath.Join(s.parent, ".walbox-spool.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return s.unwritable(err)
+	}
+	defer guard.Close() // releases the flock
+	if err := syscall.Flock(int(guard.Fd()), syscall.LOCK_EX); err != nil {
+		return s.unwritable(fmt.Errorf("lock %s: %w", guard.Name(), err))
+	}
 	s.removeDead()
 	dir, err := os.MkdirTemp(s.parent, "walbox-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
@@ -98,6 +220,25 @@ func (s *spool) ensureDir() error {
 	}
 	s.dir, s.lock = dir, lock
 	return nil
+}
+
+// cleanup removes what dead processes left under the spool directory, at
+// start: the subdirectory of this process is created only with the first
+// streamed transaction, which may never come. Failures are ignored, as in
+// removeDead; a directory that does not exist holds nothing.
+func (s *spool) cleanup() {
+	if _, err := os.Stat(s.parent); err != nil {
+		return
+	}
+	guard, err := os.OpenFile(filepath.Join(s.parent, ".walbox-spool.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return
+	}
+	defer guard.Close()
+	if syscall.Flock(int(guard.Fd()), syscall.LOCK_EX) != nil {
+		return
+	}
+	s.removeDead()
 }
 
 // removeDead deletes the subdirectories of processes that no longer hold
@@ -152,10 +293,15 @@ func (s *spool) unwritable(err error) error {
 
 // start begins a stream block of xid. The first block of a transaction
 // drops whatever an earlier session kept of it.
-func (s *spool) start(xid uint32, first bool) {
+func (s *spool) start(xid uint32, first bool) error {
 	if first {
 		s.drop(xid)
+		return nil
 	}
+	if f := s.files[xid]; f != nil {
+		return f.resolve(xid)
+	}
+	return nil
 }
 
 // append writes one streamed change to its transaction's file.
@@ -176,9 +322,13 @@ func (s *spool) append(c *decoder.StreamChange) error {
 		}
 		// A small buffer per open transaction: many may stream at once,
 		// and the kernel's page cache batches the writes anyway.
-		f = &spoolFile{f: file, w: bufio.NewWriterSize(file, 8<<10)}
+		f = &spoolFile{f: file, w: bufio.NewWriterSize(file, 8<<10), first: map[uint32]int64{}, lastEnd: map[uint32]int64{}}
 		s.files[c.TopXID] = f
 	}
+	if err := f.resolve(c.TopXID); err != nil {
+		return err
+	}
+	f.track(c, n)
 	var hdr [spoolHeaderLen]byte
 	binary.BigEndian.PutUint32(hdr[0:], uint32(len(c.Data)))
 	binary.BigEndian.PutUint32(hdr[4:], c.XID)
@@ -206,6 +356,7 @@ func (s *spool) abortSub(xid, sub uint32) {
 		f.aborted = map[uint32]bool{}
 	}
 	f.aborted[sub] = true
+	f.pending = append(f.pending, sub)
 }
 
 // drop deletes what is kept of xid (a whole abort, or a new first block).
@@ -228,13 +379,16 @@ func (s *spool) open(xid uint32) (*spoolReader, error) {
 	if f == nil {
 		return nil, nil
 	}
+	if err := f.resolve(xid); err != nil {
+		return nil, err
+	}
 	if err := f.w.Flush(); err != nil {
 		return nil, s.unwritable(err)
 	}
 	if _, err := f.f.Seek(0, io.SeekStart); err != nil {
 		return nil, s.unwritable(err)
 	}
-	return &spoolReader{r: bufio.NewReaderSize(f.f, 64<<10), aborted: f.aborted, top: xid}, nil
+	return &spoolReader{r: bufio.NewReaderSize(f.f, 64<<10), aborted: f.aborted, dropped: f.dropped, top: xid}, nil
 }
 
 // reset drops every transaction: a new session sends them again.
@@ -263,6 +417,8 @@ func (s *spool) path(xid uint32) string {
 type spoolReader struct {
 	r       *bufio.Reader
 	aborted map[uint32]bool
+	dropped map[int64]bool // offsets of rolled back messages (spoolFile.resolve)
+	off     int64
 	top     uint32
 	buf     []byte
 	change  decoder.StreamChange
@@ -294,7 +450,9 @@ func (sr *spoolReader) next() (*decoder.StreamChange, error) {
 		if n > 0 {
 			sr.change.Kind = sr.buf[0]
 		}
-		if sr.change.Aborted(sr.aborted) {
+		off := sr.off
+		sr.off += int64(spoolHeaderLen + n)
+		if sr.change.Aborted(sr.aborted) || sr.dropped[off] {
 			continue
 		}
 		return &sr.change, nil

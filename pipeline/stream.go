@@ -46,6 +46,7 @@ type streamMetrics struct {
 	transactions prometheus.Counter
 	aborts       *prometheus.CounterVec
 	spoolBytes   prometheus.Gauge
+	unstreamed   prometheus.Counter
 }
 
 func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
@@ -59,6 +60,10 @@ func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
 			Name: "walbox_streamed_aborts_total",
 			Help: "Stream Abort messages: scope transaction (a streamed transaction rolled back, its spooled changes deleted) or subtransaction (a ROLLBACK TO SAVEPOINT inside one, its changes skipped).",
 		}, []string{"scope"}),
+		unstreamed: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_streamed_unstreamed_total",
+			Help: "Streamed transactions sent again with protocol version 1 after a reconnect: a rolled back subtransaction left logical decoding messages the stream does not attribute.",
+		}),
 		spoolBytes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "walbox_spool_bytes",
 			Help: "Bytes of streamed, not yet committed transactions kept in the spool directory (--spool-dir); at most --spool-max-bytes.",
@@ -121,6 +126,65 @@ func (c Config) pluginArgs(major int) (args []string, streaming bool) {
 	return args, streaming
 }
 
+// sessionPluginArgs is pluginArgs for a session started for the sake of
+// unstream (Relay.unstreamXID, 0 when none): protocol version 1 then.
+func (c Config) sessionPluginArgs(major int, unstream uint32) (args []string, streaming bool) {
+	if unstream != 0 {
+		c.DisableStreaming = true
+	}
+	return c.pluginArgs(major)
+}
+
+// unstreamState follows the transaction a session speaks protocol version
+// 1 for. A streamed transaction that rolled back a subtransaction may hold
+// logical decoding messages the stream does not attribute to a
+// subtransaction (errStreamAmbiguous): the server tags every message with
+// the top-level xid. Handing it on could publish a rolled back message, or
+// drop a committed one, and change the split count of exactly-once
+// (eos_split.go). Instead the session ends, and the next one speaks
+// protocol version 1 from the confirmed position, where the server decodes
+// that one transaction whole at its commit, as before streaming; once it
+// is handed on and acknowledged (with exactly-once: its Kafka transaction
+// committed), the session ends again to stream. Should the transaction
+// roll back, nothing of it comes and the next reconnect streams again.
+type unstreamState struct {
+	xid  uint32
+	open bool // its Begin was handled, not its Commit
+	done bool // its Commit was handled
+}
+
+func (l *loop) unstreamBegin(xid uint32) {
+	if l.unstream.xid != 0 && xid == l.unstream.xid {
+		l.unstream.open = true
+	}
+}
+
+func (l *loop) unstreamCommit() {
+	if l.unstream.open {
+		l.unstream.open, l.unstream.done = false, true
+		l.log.Info("streamed transaction sent whole with protocol version 1", "xid", l.unstream.xid)
+	}
+}
+
+// unstreamDone reports whether the session can end to stream again: the
+// transaction it was for is handed on and Kafka acknowledged all of it.
+func (l *loop) unstreamDone() bool {
+	return l.unstream.done && l.replay == nil && !l.dec.InTransaction() && l.tracker.Idle() &&
+		(l.eos == nil || (!l.eos.open && l.eos.committing == nil && len(l.eos.queue) == 0))
+}
+
+// unstreamable turns errStreamAmbiguous of streamed transaction xid into a
+// reconnect with protocol version 1 (unstreamState); other errors pass.
+func (l *loop) unstreamable(xid uint32, err error) error {
+	if !errors.Is(err, errStreamAmbiguous) {
+		return err
+	}
+	l.unstreamXID = xid
+	l.streamMetrics.unstreamed.Inc()
+	l.log.Warn("reconnecting with protocol version 1 so that the server sends the transaction whole at its commit", "xid", xid, "err", err)
+	return &connectionLostError{err: err}
+}
+
 // serverMajor reads the major version from the server_version parameter
 // the server reports at connection start ("15.4 (Debian 15.4-1)", "17beta1",
 // "18.0"); 0 when it cannot be read, which keeps protocol version 1.
@@ -160,9 +224,9 @@ func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
 			l.streamsSeen = map[uint32]bool{}
 		}
 		l.streamsSeen[m.XID] = true
-		l.spool.start(m.XID, m.First)
+		return true, l.unstreamable(m.XID, l.spool.start(m.XID, m.First))
 	case *decoder.StreamChange:
-		return true, l.spool.append(m)
+		return true, l.unstreamable(m.TopXID, l.spool.append(m))
 	case *decoder.StreamStop:
 	case *decoder.StreamAbort:
 		if m.Whole() {
@@ -183,7 +247,7 @@ func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
 		delete(l.streamsSeen, m.XID)
 		r, err := l.spool.open(m.XID)
 		if err != nil {
-			return true, err
+			return true, l.unstreamable(m.XID, err)
 		}
 		begin, err := l.dec.BeginStreamed(m)
 		if err != nil {

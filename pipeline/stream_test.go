@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walbox/walbox/decoder"
 )
 
 // Stream messages of pgoutput protocol version 2 (see decoder/stream_test.go
@@ -344,5 +347,104 @@ func TestPluginArgs(t *testing.T) {
 		if got := serverMajor(in); got != want {
 			t.Errorf("serverMajor(%q) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// TestSpoolStartsTogether: processes starting at once on one directory (an
+// active instance and its --standby, say) never remove each other's spool
+// between its creation and its lock.
+func TestSpoolStartsTogether(t *testing.T) {
+	parent := t.TempDir()
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := range 150 {
+				s := newSpool(parent, 1<<20, newStreamMetrics(nil).spoolBytes)
+				err := s.append(&decoder.StreamChange{TopXID: 7, XID: 7, Kind: 'I', LSN: 1, Data: []byte("I")})
+				if err == nil {
+					_, err = os.Stat(s.path(7))
+				}
+				s.close()
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, start %d: %w", g, i, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSpoolRolledBackMessages: inside a stream every message carries the
+// top-level xid, so the spool tells a rolled back subtransaction's messages
+// by position: after the subtransaction's first change they are its own,
+// before the last change of the top-level transaction (or of a
+// subtransaction not rolled back) they are not, in between it cannot tell.
+func TestSpoolRolledBackMessages(t *testing.T) {
+	const top = 100
+	type step struct {
+		kind  byte // 'I', 'M', or 'A' for a Stream Abort of xid
+		xid   uint32
+		label string
+	}
+	for _, tc := range []struct {
+		name      string
+		steps     []step
+		want      string // labels read back, in order
+		ambiguous bool
+	}{
+		{"message after the first change", []step{{'I', top, "a"}, {'I', 101, "x"}, {'M', top, "m"}, {'A', 101, ""}, {'I', top, "b"}}, "a b", false},
+		{"message before a top-level change", []step{{'M', top, "m"}, {'I', top, "a"}, {'I', 101, "x"}, {'A', 101, ""}, {'I', top, "b"}}, "m a b", false},
+		{"nested rollback", []step{{'I', top, "a"}, {'I', 101, "x"}, {'I', 102, "y"}, {'M', top, "m"}, {'A', 102, ""}, {'A', 101, ""}, {'M', top, "n"}}, "a n", false},
+		{"message before a change of a subtransaction kept", []step{{'I', 101, "x"}, {'M', top, "m"}, {'I', 101, "z"}, {'I', 102, "y"}, {'A', 102, ""}, {'I', top, "b"}}, "x m z b", false},
+		{"message between subtransactions", []step{{'I', 101, "x"}, {'M', top, "m"}, {'I', 102, "y"}, {'A', 102, ""}}, "", true},
+		{"message before the first change", []step{{'I', top, "a"}, {'M', top, "m"}, {'I', 101, "x"}, {'A', 101, ""}, {'I', top, "b"}}, "", true},
+		{"subtransaction with messages only", []step{{'I', top, "a"}, {'M', top, "m"}, {'A', 101, ""}}, "", true},
+		{"rollback without messages", []step{{'M', top, "m"}, {'I', top, "a"}, {'I', 101, "x"}, {'A', 101, ""}}, "m a", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSpool(t.TempDir(), 1<<20, newStreamMetrics(nil).spoolBytes)
+			defer s.close()
+			var err error
+			for i, st := range tc.steps {
+				if st.kind == 'A' {
+					s.abortSub(top, st.xid)
+					continue
+				}
+				err = s.append(&decoder.StreamChange{TopXID: top, XID: st.xid, Kind: st.kind, LSN: pglogrepl.LSN(i + 1), Data: append([]byte{st.kind}, st.label...)})
+				if err != nil {
+					break
+				}
+			}
+			var r *spoolReader
+			if err == nil {
+				r, err = s.open(top)
+			}
+			if tc.ambiguous {
+				if !errors.Is(err, errStreamAmbiguous) {
+					t.Fatalf("err %v, want errStreamAmbiguous", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				c, err := r.next()
+				if err != nil {
+					break
+				}
+				got = append(got, string(c.Data[1:]))
+			}
+			if g := strings.Join(got, " "); g != tc.want {
+				t.Fatalf("read back %q, want %q", g, tc.want)
+			}
+		})
 	}
 }
