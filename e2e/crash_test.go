@@ -99,8 +99,15 @@ type writer struct {
 
 // Transactions are paced by interval so the run spans the faults injected
 // meanwhile (pacing, not synchronisation: no assertion depends on it).
-func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, aggregates, maxTxn, limit int, interval time.Duration) *writer {
+//
+// With withLargeTxns(n), every n-th transaction has streamTxnRows rows
+// instead, so that it streams to walbox before its commit.
+func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, aggregates, maxTxn, limit int, interval time.Duration, opts ...writerOption) *writer {
 	t.Helper()
+	var cfg writerConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -117,13 +124,17 @@ func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, agg
 		}()
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
-		for n := 0; n < limit; {
+		for n, txns := 0, 0; n < limit; {
 			select {
 			case <-w.stop:
 				return
 			case <-tick.C:
 			}
-			evs := gen.Batch(1 + rng.IntN(maxTxn))
+			size := 1 + rng.IntN(maxTxn)
+			if txns++; cfg.largeEvery > 0 && txns%cfg.largeEvery == 0 {
+				size = streamTxnRows
+			}
+			evs := gen.Batch(size)
 			err := outboxtest.WriteTx(ctx, conn, evs)
 			if err != nil {
 				conn.Close(context.Background())
@@ -148,6 +159,54 @@ func startWriter(ctx context.Context, t *testing.T, dsn string, seed uint64, agg
 	}()
 	t.Cleanup(func() { w.halt() })
 	return w
+}
+
+type writerConfig struct{ largeEvery int }
+
+type writerOption func(*writerConfig)
+
+// streamTxnRows outbox rows in one transaction exceed the test servers'
+// logical_decoding_work_mem (pgtest sets the minimum, 64kB, which about 220
+// of outboxtest's rows fill), so the server streams such a transaction
+// before its commit.
+const streamTxnRows = 300
+
+// withLargeTxns makes every n-th transaction of the writer streamTxnRows
+// rows long, so that a suite of small transactions streams some too.
+func withLargeTxns(n int) writerOption { return func(c *writerConfig) { c.largeEvery = n } }
+
+// requireStreamed fails t unless the server streamed at least one
+// transaction to the slot before its commit
+// (pg_stat_replication_slots.stream_txns), so that a suite meant to cover
+// streaming cannot silently stop doing so, e.g. when its transactions shrink
+// or the servers' logical_decoding_work_mem grows. It polls: PostgreSQL 14
+// reports the statistics asynchronously. It returns the count.
+func requireStreamed(ctx context.Context, t *testing.T, dsn, slot string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var txns int64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := conn.QueryRow(ctx, `SELECT coalesce((SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1), 0)`, slot).Scan(&txns)
+		if err != nil {
+			t.Fatalf("pg_stat_replication_slots of %s: %v", slot, err)
+		}
+		if txns > 0 {
+			return txns
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server streamed no transaction to slot %s (pg_stat_replication_slots.stream_txns = 0): this run did not cover streaming; does a transaction exceed logical_decoding_work_mem?", slot)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for slot %s's statistics: %v", slot, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (w *writer) setErr(err error) {
@@ -235,7 +294,9 @@ func TestCrashRestartLosesNothing(t *testing.T) {
 	const kills = 4
 	// The writer runs until the kills are done, so every kill lands while
 	// transactions are still being committed; the limit is only a backstop.
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), 7, 50, 40, 200_000, 20*time.Millisecond)
+	// Every 10th transaction is large enough to stream, so some kills land
+	// while one is in the spool.
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 7, 50, 40, 200_000, 20*time.Millisecond, withLargeTxns(10))
 	col := startCollector(ctx, t, f.brokers)
 
 	p := startWalbox(t, f.env)
@@ -270,6 +331,7 @@ func TestCrashRestartLosesNothing(t *testing.T) {
 	if !rep.OK() || rep.Delivered != len(written) {
 		t.Fatalf("crash test failed: %v", rep)
 	}
+	t.Logf("%d transactions streamed", requireStreamed(ctx, t, f.pg.DSN("postgres"), "walbox"))
 	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("walbox exit code %d after SIGTERM, want 0", code)
 	}
@@ -282,7 +344,8 @@ func TestGracefulStopThenRestartSendsNoDuplicates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), 11, 50, 100, 200_000, 20*time.Millisecond)
+	// Every 5th transaction streams, so the SIGTERM may find one in the spool.
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 11, 50, 100, 200_000, 20*time.Millisecond, withLargeTxns(5))
 	col := startCollector(ctx, t, f.brokers)
 	p := startWalbox(t, f.env)
 	waitUntil(ctx, t, time.Minute, "events to flow", func() bool { return col.distinct() >= 1000 })
@@ -308,6 +371,7 @@ func TestGracefulStopThenRestartSendsNoDuplicates(t *testing.T) {
 	if rep.Duplicates != 0 {
 		t.Fatalf("%d duplicates after a graceful stop, want 0", rep.Duplicates)
 	}
+	t.Logf("%d transactions streamed", requireStreamed(ctx, t, f.pg.DSN("postgres"), "walbox"))
 	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("exit code %d after final SIGTERM, want 0", code)
 	}

@@ -115,7 +115,9 @@ func exactlyOnceSIGKILLs(t *testing.T, stateTopic string, extraEnv []string, kil
 
 	seed := rand.Uint64()
 	t.Logf("seed %d (writer and kill timing)", seed)
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), seed, 200, 40, 10_000_000, 25*time.Millisecond)
+	// Every 40th transaction streams to walbox before its commit, so kills
+	// also land while one is in the spool or being produced from it.
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), seed, 200, 40, 10_000_000, 25*time.Millisecond, withLargeTxns(40))
 	const pattern = `outbox\.event\..*`
 	col := startCollectorWith(ctx, t, broker.Addrs(), pattern)
 	raw := startCollectorWith(ctx, t, broker.Addrs(), pattern, outboxtest.ReadUncommitted())
@@ -196,6 +198,7 @@ func exactlyOnceSIGKILLs(t *testing.T, stateTopic string, extraEnv []string, kil
 	if err := col.err; err != nil {
 		t.Fatalf("consumer: %v", err)
 	}
+	t.Logf("%d transactions streamed", requireStreamed(ctx, t, f.pg.DSN("postgres"), "walbox"))
 	// Kills after every record of a transaction was produced leave aborted
 	// records in the log: if none were there, the kills missed the window
 	// the test is about.

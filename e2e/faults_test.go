@@ -50,6 +50,9 @@ type faultEnv struct {
 	// exactlyOnce: walbox runs with --delivery exactly-once, and a
 	// duplicate fails the scenario.
 	exactlyOnce bool
+	// streamed is how many transactions the server streamed to walbox
+	// before their commit, once checked (requireStreamed).
+	streamed int64
 }
 
 const faultReceiveTimeout = 4 * time.Second
@@ -149,6 +152,13 @@ func (e *faultEnv) finish(scenario string, recover time.Duration, note string) f
 	if e.exactlyOnce && rep.Duplicates != 0 {
 		e.t.Errorf("%s: %d duplicates with --delivery exactly-once, want 0: %v", scenario, rep.Duplicates, rep)
 	}
+	// The writer's transactions of more than about 220 rows stream (the test
+	// servers' logical_decoding_work_mem is 64kB): every scenario must have
+	// covered some.
+	if e.streamed == 0 {
+		e.streamed = requireStreamed(e.ctx, e.t, e.pg.DSN("postgres"), "walbox")
+	}
+	e.t.Logf("%s: %d transactions streamed", scenario, e.streamed)
 	return faultRow{scenario: scenario, report: rep, recover: recover, note: note}
 }
 
@@ -274,6 +284,8 @@ func TestFaults(t *testing.T) {
 		}},
 		{"postgres-crash", func(e *faultEnv) faultRow {
 			e.flowing(300)
+			// A crash discards the server's statistics: count before.
+			e.streamed = requireStreamed(e.ctx, e.t, e.pg.DSN("postgres"), "walbox")
 			if err := e.pg.StopImmediate(e.ctx); err != nil {
 				e.t.Fatal(err)
 			}

@@ -40,7 +40,8 @@ func runStandbyTakeover(t *testing.T, brokers []string) {
 	f := newFixture(t, brokers)
 	env := append(slices.Clone(f.env), "WALBOX_STANDBY=true", "WALBOX_HEARTBEAT_INTERVAL=500ms")
 	const kills = 5
-	w := startWriter(ctx, t, f.pg.DSN("postgres"), 13, 50, 40, 200_000, 20*time.Millisecond)
+	// Every 10th transaction streams, so takeovers also find one in flight.
+	w := startWriter(ctx, t, f.pg.DSN("postgres"), 13, 50, 40, 200_000, 20*time.Millisecond, withLargeTxns(10))
 	col := startCollector(ctx, t, f.brokers)
 
 	active := startWalbox(t, env)
@@ -90,6 +91,7 @@ func runStandbyTakeover(t *testing.T, brokers []string) {
 	if !rep.OK() || rep.Delivered != len(written) {
 		t.Fatalf("standby takeover test failed: %v", rep)
 	}
+	t.Logf("%d transactions streamed", requireStreamed(ctx, t, f.pg.DSN("postgres"), "walbox"))
 	if code := active.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("walbox exit code %d after SIGTERM, want 0", code)
 	}

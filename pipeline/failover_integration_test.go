@@ -359,7 +359,9 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 
 	// Shared history: delivered, confirmed, and the confirmed slot synced
 	// to the standby.
+	// Each phase has a transaction large enough to stream (streamTxnRows).
 	kept = append(kept, write(50, 4)...)
+	kept = append(kept, write(1, streamTxnRows)...)
 	readAll(len(kept), "consume before the standby lags")
 	var primaryPos pglogrepl.LSN
 	if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&primaryPos); err != nil {
@@ -381,9 +383,11 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	// receives.
 	if synchronized {
 		kept = append(kept, write(40, 4)...)
+		kept = append(kept, write(1, streamTxnRows)...)
 	} else {
 		p.link.Drop()
 		erased = write(40, 4)
+		erased = append(erased, write(1, streamTxnRows)...)
 	}
 	readAll(len(kept)+len(erased), "consume while the standby lags")
 	if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&primaryPos); err != nil {
@@ -393,6 +397,8 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 		c, _ := walboxSlot(t, ctx, p.primary)
 		return c >= primaryPos
 	})
+
+	requireStreamed(t, ctx, p.primary, "walbox", 2)
 
 	// Crash, promote, move the endpoint.
 	if err := p.primary.StopImmediate(ctx); err != nil {
@@ -422,6 +428,7 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	// More WAL than the standby missed, so new transactions commit below
 	// walbox's old position as well as beyond it.
 	kept = append(kept, write(80, 4)...)
+	kept = append(kept, write(1, streamTxnRows)...)
 	var onNew int
 	if err := p.conn.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&onNew); err != nil {
 		t.Fatal(err)
@@ -451,6 +458,7 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(wantErased) {
 		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of the transactions the standby never received)", n, len(erased))
 	}
+	requireStreamed(t, ctx, p.standby, "walbox", 1)
 	if !fc.twice {
 		return
 	}

@@ -210,6 +210,11 @@ func testDelivery(t *testing.T, opts ...func(*pgtest.Options)) {
 	if rep.Duplicates != 0 {
 		t.Errorf("%d duplicates without any failure", rep.Duplicates)
 	}
+	// The 1,000-row transactions exceed the test server's
+	// logical_decoding_work_mem, so they came through streaming.
+	if got := metricSum(t, e.reg, "walbox_streamed_transactions_total"); got < 3 {
+		t.Errorf("walbox_streamed_transactions_total = %v, want the 3 transactions of 1,000 rows: they did not stream", got)
+	}
 
 	var lastCommitEnd pglogrepl.LSN
 	if err := e.conn.QueryRow(ctx,

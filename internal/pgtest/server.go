@@ -24,8 +24,10 @@ type Options struct {
 	//
 	// Defaults: wal_level=logical, fsync=off, full_page_writes=off,
 	// synchronous_commit=on, max_replication_slots=20, max_wal_senders=20,
-	// listen_addresses=127.0.0.1; wal_sender_timeout and the rest keep
-	// PostgreSQL's defaults. pgtest always sets unix_socket_directories to
+	// listen_addresses=127.0.0.1, logical_decoding_work_mem=64kB;
+	// wal_sender_timeout and the rest keep PostgreSQL's defaults. A value of
+	// ServerDefault drops a setting, default or not, so the server uses its
+	// own (e.g. to measure with the 64 MB logical_decoding_work_mem). pgtest always sets unix_socket_directories to
 	// the server's temp dir (it waits for startup through that socket) and
 	// passes the port on the command line, so settings for either have no
 	// effect.
@@ -57,7 +59,22 @@ var defaultSettings = map[string]string{
 	"max_replication_slots": "20",
 	"max_wal_senders":       "20",
 	"listen_addresses":      "127.0.0.1",
+	// The minimum, not PostgreSQL's 64 MB: every transaction of more than a
+	// few hundred outbox rows then streams to walbox before its commit
+	// (pgoutput protocol 2+), so the suites exercise streaming and the spool
+	// instead of never reaching it. WorkMemServerDefault undoes it.
+	"logical_decoding_work_mem": "64kB",
 }
+
+// ServerDefault, as a value in Options.Settings (or WithSetting), drops that
+// setting from the configuration pgtest writes, so the server keeps its own
+// default, e.g. WithSetting("logical_decoding_work_mem", ServerDefault).
+const ServerDefault = "\x00server default"
+
+// WorkMemServerDefault is the option for Start that gives the server
+// PostgreSQL's own logical_decoding_work_mem (64 MB) instead of pgtest's
+// 64kB, for tests and benchmarks that measure with the default settings.
+var WorkMemServerDefault = WithSetting("logical_decoding_work_mem", ServerDefault)
 
 // Server is a running (or stopped) throwaway PostgreSQL server. DSN, Port,
 // MajorVersion, DataDir and LogPath are safe for concurrent use; Stop,
@@ -322,6 +339,10 @@ func mergeSettings(extra map[string]string) (map[string]string, error) {
 	for k, v := range extra {
 		if !gucName.MatchString(k) {
 			return nil, fmt.Errorf("pgtest: invalid setting name %q", k)
+		}
+		if v == ServerDefault {
+			delete(out, strings.ToLower(k))
+			continue
 		}
 		if strings.ContainsAny(v, "\n\r\x00") {
 			return nil, fmt.Errorf("pgtest: setting %s: value contains a newline or NUL", k)

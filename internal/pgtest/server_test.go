@@ -85,6 +85,8 @@ func TestLifecycle(t *testing.T) {
 		"max_replication_slots": "20",
 		"listen_addresses":      "127.0.0.1",
 		"port":                  itoa(srv.Port()),
+		// so that the suites' larger transactions stream (pgoutput 2+)
+		"logical_decoding_work_mem": "64kB",
 	} {
 		if got := show(t, conn, name); got != want {
 			t.Errorf("SHOW %s = %q, want %q", name, got, want)
@@ -167,6 +169,24 @@ func TestSettingsOverrideDefaults(t *testing.T) {
 	}
 	if got := show(t, conn, "application_name"); got != `it's a \ test` {
 		t.Errorf("application_name = %q: quoting in postgresql.conf is wrong", got)
+	}
+}
+
+// TestServerDefaultSetting: ServerDefault drops pgtest's own default, so a
+// test that measures with PostgreSQL's settings gets the 64 MB
+// logical_decoding_work_mem, and any other setting its server default.
+func TestServerDefaultSetting(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.Start(t, pgtest.WorkMemServerDefault, pgtest.WithSetting("max_wal_senders", pgtest.ServerDefault))
+	conn := connect(t, srv.DSN("postgres"))
+	if got := show(t, conn, "logical_decoding_work_mem"); got != "64MB" {
+		t.Errorf("logical_decoding_work_mem = %q, want the server's 64MB", got)
+	}
+	if got := show(t, conn, "max_wal_senders"); got != "10" {
+		t.Errorf("max_wal_senders = %q, want the server's 10", got)
+	}
+	if got := show(t, conn, "wal_level"); got != "logical" {
+		t.Errorf("wal_level = %q: the other defaults must stay", got)
 	}
 }
 
