@@ -186,7 +186,12 @@ func testStreamingAborts(t *testing.T, opts ...func(*pgtest.Options)) {
 	}
 	written = append(append(written, keep1...), keep2...)
 
-	// Whole abort.
+	// Whole abort. It is rolled back only once walbox holds part of it:
+	// PostgreSQL 18 discards a transaction that has already aborted when
+	// it reaches logical_decoding_work_mem instead of streaming it, and
+	// then no Stream Abort comes.
+	spoolBytes := func() float64 { return metricSum(t, e.reg, "walbox_spool_bytes") }
+	waitFor(t, time.Minute, "the subtransaction test's transaction to be handed on", func() bool { return spoolBytes() == 0 })
 	tx, err = e.conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +200,7 @@ func testStreamingAborts(t *testing.T, opts ...func(*pgtest.Options)) {
 	if err := copyEvents(ctx, tx, aborted); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, time.Minute, "walbox to spool the transaction to roll back", func() bool { return spoolBytes() > 0 })
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -264,8 +270,16 @@ func testStreamingAborts(t *testing.T, opts ...func(*pgtest.Options)) {
 	}
 	// The rolled back subtransaction and transaction were streamed before
 	// their rollback, so the aborts came as Stream Abort messages.
-	if sub, whole := metricSum(t, e.reg, "walbox_streamed_aborts_total"), metricSum(t, e.reg, "walbox_streamed_transactions_total"); sub < 2 || whole < 3 {
-		t.Errorf("walbox_streamed_aborts_total %v (want at least the subtransaction and the transaction), walbox_streamed_transactions_total %v (want at least 3)", sub, whole)
+	// PostgreSQL 18 was seen to send nothing of the rolled back
+	// subtransaction (its stream_bytes are one batch short), so no Stream
+	// Abort for it either: the server's choice, not walbox's. The whole
+	// abort is always streamed (rolled back only once spooled).
+	wantAborts := 2.0
+	if e.srv.MajorVersion() >= 18 {
+		wantAborts = 1
+	}
+	if aborts, whole := metricSum(t, e.reg, "walbox_streamed_aborts_total"), metricSum(t, e.reg, "walbox_streamed_transactions_total"); aborts < wantAborts || whole < 3 {
+		t.Errorf("walbox_streamed_aborts_total %v (want at least %v: the subtransaction and the transaction), walbox_streamed_transactions_total %v (want at least 3)", aborts, wantAborts, whole)
 	}
 	_, stream := slotStats(t, e.conn, e.slotName)
 	t.Logf("%d events in order; stream_bytes %d", len(got), stream)
@@ -409,7 +423,7 @@ func TestStreamingForeignBulkUpdateNoStall(t *testing.T) {
 			e := startEnvDDL(t, outboxtest.DDL+";\n"+bulkDDL, 250*time.Millisecond, func(c *pipeline.Config) {
 				c.DisableStreaming = !streaming
 				c.SpoolDir = t.TempDir()
-			})
+			}, pgtest.WorkMemServerDefault)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			const rows = 1_000_000
@@ -531,7 +545,7 @@ func TestStreamingLargeOutboxTransaction(t *testing.T) {
 			e := startEnvWith(t, 250*time.Millisecond, func(c *pipeline.Config) {
 				c.DisableStreaming = !streaming
 				c.SpoolDir = t.TempDir()
-			})
+			}, pgtest.WorkMemServerDefault)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			written := outboxtest.NewGenerator(17, 100).Batch(500_000)
