@@ -177,7 +177,7 @@ var options = []*option{
 	},
 	{
 		flag: "spool-max-bytes", env: "WALBOX_SPOOL_MAX_BYTES", yaml: "spool_max_bytes", group: groupPostgres,
-		help:     "Most bytes of streamed, uncommitted transactions in --spool-dir; a transaction that does not fit stops walbox before anything of it is sent or confirmed",
+		help:     "Most bytes of streamed, uncommitted transactions in --spool-dir; a transaction that does not fit is sent again with protocol version 1 (the server keeps it, spilling to its own disk, and sends it whole at its commit), with a warning",
 		value:    sizeValue(func(c *Config) *int64 { return &c.SpoolMaxBytes }),
 		pipeline: func(c *Config, p *pipeline.Config) { p.SpoolMaxBytes = c.SpoolMaxBytes },
 	},

@@ -62,7 +62,7 @@ func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
 		}, []string{"scope"}),
 		unstreamed: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_streamed_unstreamed_total",
-			Help: "Streamed transactions sent again with protocol version 1 after a reconnect: a rolled back subtransaction left logical decoding messages the stream does not attribute.",
+			Help: "Streamed transactions sent again with protocol version 1 after a reconnect: a rolled back subtransaction left logical decoding messages the stream does not attribute, or the transaction did not fit in --spool-max-bytes.",
 		}),
 		spoolBytes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "walbox_spool_bytes",
@@ -173,15 +173,24 @@ func (l *loop) unstreamDone() bool {
 		(l.eos == nil || (!l.eos.open && l.eos.committing == nil && len(l.eos.queue) == 0))
 }
 
-// unstreamable turns errStreamAmbiguous of streamed transaction xid into a
-// reconnect with protocol version 1 (unstreamState); other errors pass.
+// unstreamable turns errStreamAmbiguous of streamed transaction xid, and
+// ErrSpoolFull, into a reconnect with protocol version 1 (unstreamState);
+// other errors pass. A transaction larger than --spool-max-bytes is thus
+// delivered as before streaming (the server keeps it, spilling to its own
+// disk, and sends it at its commit) instead of stopping walbox for good:
+// the same transaction would fill the spool again after every restart.
 func (l *loop) unstreamable(xid uint32, err error) error {
-	if !errors.Is(err, errStreamAmbiguous) {
+	switch {
+	case errors.Is(err, errStreamAmbiguous):
+		l.log.Warn("reconnecting with protocol version 1 so that the server sends the transaction whole at its commit", "xid", xid, "err", err)
+	case errors.Is(err, ErrSpoolFull):
+		l.log.Warn("the streamed transaction does not fit in the spool: reconnecting with protocol version 1, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
+			"raise --spool-max-bytes (with the disk space under --spool-dir) to stream transactions of this size", "xid", xid, "err", err)
+	default:
 		return err
 	}
 	l.unstreamXID = xid
 	l.streamMetrics.unstreamed.Inc()
-	l.log.Warn("reconnecting with protocol version 1 so that the server sends the transaction whole at its commit", "xid", xid, "err", err)
 	return &connectionLostError{err: err}
 }
 

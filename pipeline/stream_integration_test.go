@@ -682,3 +682,48 @@ func TestReplayStreamedTransactions(t *testing.T) {
 	}
 	t.Logf("replayed %d events of 2 streamed transactions (%d streamed)", len(got), res.Streamed)
 }
+
+// TestStreamingSpoolFullFallsBackToProtocol1: a streamed transaction larger
+// than --spool-max-bytes is delivered whole through a session with protocol
+// version 1 (the server keeps it, as without streaming), and the next
+// transaction after it too: a full spool no longer stops walbox for good.
+func TestStreamingSpoolFullFallsBackToProtocol1(t *testing.T) {
+	e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) {
+		c.SpoolDir = t.TempDir()
+		c.SpoolMaxBytes = 64 << 10
+	}, smallWorkMem)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gen := outboxtest.NewGenerator(21, 10)
+	written := gen.Batch(fulltest.Pick(3_000, 20_000))
+	if err := outboxtest.WriteTx(ctx, e.conn, written); err != nil {
+		t.Fatal(err)
+	}
+	last := gen.Batch(1)
+	if err := outboxtest.WriteTx(ctx, e.conn, last); err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, last...)
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
+		for _, g := range got {
+			if g.Headers["event_id"] == last[0].ID {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	if rep := outboxtest.Check(written, got); !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 {
+		t.Fatalf("delivery: %v, %d records for %d events", rep, len(got), len(written))
+	}
+	if n := metricSum(t, e.reg, "walbox_streamed_unstreamed_total"); n < 1 {
+		t.Errorf("walbox_streamed_unstreamed_total = %v, want the transaction that did not fit sent with protocol version 1", n)
+	}
+}

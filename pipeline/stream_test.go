@@ -236,8 +236,9 @@ func TestLoopStreamedReconnect(t *testing.T) {
 	}
 }
 
-// TestSpoolFull: a streamed transaction larger than the limit stops the
-// relay with an error naming the option; nothing of it is produced.
+// TestSpoolFull: a streamed transaction larger than the limit ends the
+// session with an error naming the option, to be sent again with protocol
+// version 1 (the server keeps it whole); nothing of it is produced.
 func TestSpoolFull(t *testing.T) {
 	p := &fakeProducer{}
 	l := streamingTestLoop(t, Config{SpoolMaxBytes: 300}, p)
@@ -250,8 +251,11 @@ func TestSpoolFull(t *testing.T) {
 	if !errors.Is(err, ErrSpoolFull) || !strings.Contains(err.Error(), "--spool-max-bytes (300 bytes)") || !strings.Contains(err.Error(), "transaction 100") {
 		t.Fatalf("error %v, want ErrSpoolFull naming --spool-max-bytes and the transaction", err)
 	}
-	if IsRetryable(err) {
-		t.Error("a full spool is retried: the same transaction fills it again")
+	if !IsRetryable(err) {
+		t.Errorf("a full spool stops the relay for good (%v): the same transaction would fill it again after every restart", err)
+	}
+	if l.unstreamXID != 100 {
+		t.Errorf("the next session is not for transaction 100 with protocol version 1: unstreamXID = %d", l.unstreamXID)
 	}
 	if len(p.records()) != 0 {
 		t.Fatal("records produced")
