@@ -19,8 +19,8 @@ const eosResumeSplitLog = "resuming inside a postgres transaction split across k
 // two parts of one: every successor must skip exactly the committed parts.
 // A read_committed consumer must hold every event once, in order.
 func TestExactlyOnceSurvivesSIGKILLsInsideSplitTransactions(t *testing.T) {
-	fulltest.Require(t, "40 SIGKILLs with Postgres transactions split across Kafka transactions; the short run splits on kfake and real Postgres in pipeline")
-	logs := exactlyOnceSIGKILLs(t, "walbox-state.eos-kill-split", []string{"WALBOX_TRANSACTION_SPLIT_RECORDS=7"}, 40)
+	fulltest.Require(t, "20 SIGKILLs with Postgres transactions split across Kafka transactions; the short run splits on kfake and real Postgres in pipeline")
+	logs := exactlyOnceSIGKILLs(t, "walbox-state.eos-kill-split", []string{"WALBOX_TRANSACTION_SPLIT_RECORDS=7"}, 20)
 	resumed := 0
 	for _, l := range logs {
 		if strings.Contains(l, eosResumeSplitLog) {
