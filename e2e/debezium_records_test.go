@@ -436,7 +436,9 @@ func TestDebeziumRecordsMatch(t *testing.T) {
 
 	// Two slots and two walsenders per case.
 	srv := pgtest.Start(t, func(o *pgtest.Options) {
-		o.Settings = map[string]string{"max_replication_slots": "40", "max_wal_senders": "40"}
+		o.Settings = map[string]string{"max_replication_slots": "40", "max_wal_senders": "40",
+			// Debezium speaks protocol 1: 64kB would make it spill.
+			"logical_decoding_work_mem": pgtest.ServerDefault}
 	})
 	broker := kafkatest.Start(t)
 	db := pgtest.NewDatabase(t, srv)

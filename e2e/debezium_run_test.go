@@ -35,7 +35,7 @@ func testDebeziumModeRun(t *testing.T, delivery string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	brokers := kfakeBrokers(t)
-	pg := pgtest.Start(t)
+	pg := pgtest.Start(t, pgtest.WorkMemServerDefault) // Debezium speaks protocol 1: 64kB would make it spill
 	db := pgtest.NewDatabase(t, pg)
 	conn, err := pgx.Connect(ctx, pg.DSN(db))
 	if err != nil {

@@ -56,7 +56,7 @@ func TestDebeziumTakeoverKilled(t *testing.T) {
 func runTakeover(t *testing.T, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	pg := pgtest.Start(t)
+	pg := pgtest.Start(t, pgtest.WorkMemServerDefault) // Debezium speaks protocol 1: 64kB would make it spill
 	broker := kafkatest.Start(t)
 	db := pgtest.NewDatabase(t, pg)
 	conn, err := pgx.Connect(ctx, pg.DSN(db))

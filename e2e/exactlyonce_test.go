@@ -85,7 +85,7 @@ func killedItself(p *proc) (bool, string) {
 
 // TestExactlyOnceSurvivesSIGKILLs runs walbox with --delivery exactly-once
 // against the real Kafka broker while a writer commits outbox transactions
-// of 1 to 40 rows over 200 aggregates, and SIGKILLs it 120 times (6 in the
+// of 1 to 40 rows over 200 aggregates, and SIGKILLs it 60 times (6 in the
 // short run): half at
 // random moments spread over its whole cycle (starting, reading the state
 // topic, producing, committing, confirming), half at each phase of a Kafka
@@ -98,7 +98,7 @@ func killedItself(p *proc) (bool, string) {
 // that read_committed consumers never saw it.
 func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
 	// The short run kills six times: each hook phase once, three at random.
-	exactlyOnceSIGKILLs(t, "walbox-state.eos-kill", nil, fulltest.Pick(6, 120))
+	exactlyOnceSIGKILLs(t, "walbox-state.eos-kill", nil, fulltest.Pick(6, 60))
 }
 
 // exactlyOnceSIGKILLs is TestExactlyOnceSurvivesSIGKILLs with extraEnv

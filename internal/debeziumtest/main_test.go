@@ -17,7 +17,9 @@ import (
 // One Postgres and one broker for the package's tests: each test works in
 // its own database, slot, publication and topic.
 var (
-	sharedPG    pgtest.Shared
+	// Debezium speaks pgoutput protocol 1: with pgtest's 64kB its
+	// walsender would spill nearly every transaction; give it the default.
+	sharedPG    = pgtest.Shared{Options: pgtest.Options{Settings: map[string]string{"logical_decoding_work_mem": pgtest.ServerDefault}}}
 	sharedKafka kafkatest.Shared
 )
 
