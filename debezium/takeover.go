@@ -37,7 +37,8 @@ type Plan struct {
 	LastTxEnd pglogrepl.LSN
 	// Resent counts the events of that transaction Debezium had already
 	// sent and recorded that walbox sends again; -1 when unknown (the
-	// transaction was not found, so it is sent whole).
+	// transaction was not found, so it is sent whole, or the offset does
+	// not say how many of the events at its LSN were sent).
 	Resent int
 	// SkipXID, SkipUpTo and SkipAtUpTo, when SkipXID is not 0, name the
 	// events walbox must not send again although it streams their
@@ -182,7 +183,7 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 			off.TxID, describeOffset(off, atLSN, sentAt), inserts, last.end)
 	case sent == 0:
 		p.LastTxEnd, p.Resent = last.end, 0
-		p.Why += fmt.Sprintf("; Debezium had sent none of the %d outbox events of its last transaction %d (the offset is %s): walbox sends it whole",
+		p.Why += fmt.Sprintf("; the offset covers none of the %d outbox events of Debezium's last transaction %d (it is %s): walbox sends it whole",
 			inserts, off.TxID, describeOffset(off, atLSN, sentAt))
 	default:
 		p.LastTxEnd, p.Resent = last.end, 0
@@ -190,7 +191,25 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 		p.Why += fmt.Sprintf("; Debezium stopped inside transaction %d (%d of its %d outbox events sent: the offset is %s): walbox streams it and skips those %d (the %d inserts before %s and the first %d of the %d at it)",
 			off.TxID, sent, inserts, describeOffset(off, atLSN, sentAt), sent, before, off.LSN, sentAt, atLSN)
 	}
+	if last.end != 0 && !off.exactAtLSN(atLSN) {
+		p.Resent = -1
+		p.Why += fmt.Sprintf("; the offset does not say how many of the %d events at its lsn Debezium had sent (lsn_events_processed is Debezium 3.7's, messageType 2.2's): "+
+			"those after the first %d are sent again, duplicates of any Debezium had sent", atLSN, sentAt)
+	}
 	return p, nil
+}
+
+// exactAtLSN reports whether the offset says exactly how many of the
+// atLSN events at its LSN Debezium had sent, so that none it had sent is
+// sent again.
+func (o Offset) exactAtLSN(atLSN int) bool {
+	switch {
+	case atLSN == 0, o.MessageType == MessageCommit, o.MessageType == MessageBegin:
+		return true
+	case isChange(o.MessageType):
+		return o.LSNEventsProcessed > 0 || atLSN == 1
+	}
+	return false
 }
 
 // describeOffset says in words where in its transaction an offset is.

@@ -89,6 +89,9 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 		skipped int // events of the offset's transaction not sent again
 		xid     uint32
 		at      int // of them, at the offset's lsn
+		// resent is Plan.Resent: the events Debezium had sent that are
+		// sent again, -1 when the offset does not tell.
+		resent int
 	}
 	tests := []struct {
 		name   string
@@ -108,12 +111,12 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 		{
 			name:   "3.6 stopped inside a COPY (no lsn_events_processed): only the first row is known to be sent",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT"}`, x, x, e.t2.end, e.cp.xid),
-			want:   want{start: e.t2.end, skipped: 1, xid: e.cp.xid, at: 1},
+			want:   want{start: e.t2.end, skipped: 1, xid: e.cp.xid, at: 1, resent: -1},
 		},
 		{
 			name:   "2.0 inside a COPY (no messageType): lsn may be a BEGIN's, none at it taken as sent",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1}`, x, x, e.t2.end, e.cp.xid),
-			want:   want{start: e.t2.end},
+			want:   want{start: e.t2.end, resent: -1},
 		},
 		{
 			name:   "3.6 heartbeat right after the BEGIN of a one-insert transaction",
@@ -143,12 +146,12 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 		{
 			name:   "2.0, 2 of 3 single inserts: the one at lsn is sent again",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d}`, e.three.inserts[1], e.three.inserts[1], e.one.end, e.three.xid),
-			want:   want{start: e.one.end, skipped: 1, xid: e.three.xid},
+			want:   want{start: e.one.end, skipped: 1, xid: e.three.xid, resent: -1},
 		},
 		{
 			name:   "COMMIT of the COPY",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"COMMIT"}`, e.cp.end, e.cp.end, e.cp.end, e.cp.xid),
-			want:   want{start: e.cp.end},
+			want:   want{start: e.cp.end, resent: -1},
 		},
 		{
 			name:   "a transactional MESSAGE after the COPY: every row before it sent",
@@ -158,7 +161,7 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 		{
 			name:   "an unknown messageType: none at lsn taken as sent",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"SOMETHING_NEW","lsn_events_processed":3}`, e.three.inserts[1], e.three.inserts[1], e.one.end, e.three.xid),
-			want:   want{start: e.one.end, skipped: 1, xid: e.three.xid},
+			want:   want{start: e.one.end, skipped: 1, xid: e.three.xid, resent: -1},
 		},
 		{
 			name:   "more events processed than the COPY has: all of it",
@@ -186,9 +189,9 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 			if tt.want.xid != 0 {
 				upTo = off.LSN
 			}
-			if p.Start != tt.want.start || p.Skipped != tt.want.skipped || p.SkipXID != tt.want.xid || p.SkipAtUpTo != tt.want.at || p.SkipUpTo != upTo {
-				t.Errorf("%s:\nplan start %s, skipped %d of xid %d (%d at %s) (%s)\nwant start %s, skipped %d of xid %d (%d at %s)",
-					tt.offset, p.Start, p.Skipped, p.SkipXID, p.SkipAtUpTo, p.SkipUpTo, p.Why, tt.want.start, tt.want.skipped, tt.want.xid, tt.want.at, upTo)
+			if p.Start != tt.want.start || p.Skipped != tt.want.skipped || p.SkipXID != tt.want.xid || p.SkipAtUpTo != tt.want.at || p.SkipUpTo != upTo || p.Resent != tt.want.resent {
+				t.Errorf("%s:\nplan start %s, skipped %d of xid %d (%d at %s), resent %d (%s)\nwant start %s, skipped %d of xid %d (%d at %s), resent %d",
+					tt.offset, p.Start, p.Skipped, p.SkipXID, p.SkipAtUpTo, p.SkipUpTo, p.Resent, p.Why, tt.want.start, tt.want.skipped, tt.want.xid, tt.want.at, upTo, tt.want.resent)
 			}
 		})
 	}
