@@ -79,8 +79,8 @@ type Plan struct {
 // every outbox insert of it (Debezium sent it whole);
 // this is found by peeking at the slot (pg_logical_slot_peek_binary_changes:
 // nothing is consumed, the slot does not move). When Debezium stopped
-// inside that transaction, walbox streams it and Plan.SkipXID/SkipUpTo name
-// the inserts of it not to send again (walbox starts streaming only at
+// inside that transaction, walbox streams it and Plan.SkipXID, SkipUpTo and
+// SkipAtUpTo name the inserts of it not to send again (walbox starts streaming only at
 // transaction boundaries). When it is not found within the next 100,000
 // changes, it is sent whole.
 //
