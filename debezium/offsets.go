@@ -44,7 +44,7 @@ type Offset struct {
 	SnapshotType string
 	// MessageType is the kind of the last message Debezium processed, at
 	// LSN ("messageType": INSERT, UPDATE, DELETE, TRUNCATE, MESSAGE,
-	// BEGIN, COMMIT; Debezium 2.2 and later), "" when absent.
+	// BEGIN, COMMIT; Debezium 2.1.4, 2.2 and later), "" when absent.
 	MessageType string
 	// LSNEventsProcessed is how many change events at LSN Debezium had
 	// processed in transaction TxID ("lsn_events_processed", Debezium 3.7
@@ -292,7 +292,7 @@ func snapshotRunning(m map[string]json.RawMessage) (string, bool) {
 //     a COPY may not have been (they are sent again: duplicates, not loss).
 //   - BEGIN: the offset was stored right after the transaction's Begin
 //     (a heartbeat carries it), whose LSN is its first change's: none.
-//   - MESSAGE, an absent messageType (Debezium before 2.2, where lsn may be
+//   - MESSAGE, an absent messageType (Debezium before 2.1.4, where lsn may be
 //     a Begin's too) or an unknown one: none.
 func (o Offset) SentAtLSN(atLSN int) int {
 	switch {

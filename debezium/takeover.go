@@ -193,7 +193,7 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 	}
 	if last.end != 0 && !off.exactAtLSN(atLSN) {
 		p.Resent = -1
-		p.Why += fmt.Sprintf("; the offset does not say how many of the %d events at its lsn Debezium had sent (lsn_events_processed is Debezium 3.7's, messageType 2.2's): "+
+		p.Why += fmt.Sprintf("; the offset does not say how many of the %d events at its lsn Debezium had sent (lsn_events_processed is Debezium 3.7's, messageType 2.1.4's): "+
 			"those after the first %d are sent again, duplicates of any Debezium had sent", atLSN, sentAt)
 	}
 	return p, nil
