@@ -3,8 +3,6 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -173,8 +171,9 @@ type Config struct {
 	// and keeps their changes in the spool until they commit (stream.go).
 	DisableStreaming bool
 	// SpoolDir is where streamed transactions wait for their commit, in a
-	// subdirectory per process; empty means "walbox-spool" in
-	// os.TempDir() ($TMPDIR, else /tmp), decided when the relay is built.
+	// subdirectory per process; empty means DefaultSpoolDir(),
+	// "walbox-spool-<uid>" in os.TempDir() ($TMPDIR, else /tmp), decided
+	// when the relay is built.
 	// It is disposable: a restart sends uncommitted transactions again.
 	SpoolDir string
 	// SpoolMaxBytes bounds the spool (1 GiB). A streamed transaction that
@@ -250,7 +249,7 @@ func (c *Config) setDefaults() {
 		c.StateTopic = d.StateTopic
 	}
 	if c.SpoolDir == "" {
-		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
+		c.SpoolDir = DefaultSpoolDir()
 	}
 	positiveOr(&c.SpoolMaxBytes, d.SpoolMaxBytes)
 	if c.BackoffMax < c.BackoffMin {

@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -325,7 +323,7 @@ func (c *ReplayConfig) setDefaults() {
 		c.ProgressInterval = 5 * time.Second
 	}
 	if c.SpoolDir == "" {
-		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
+		c.SpoolDir = DefaultSpoolDir()
 	}
 	if c.SpoolMaxBytes <= 0 {
 		c.SpoolMaxBytes = DefaultConfig().SpoolMaxBytes
