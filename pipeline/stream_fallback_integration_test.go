@@ -2,6 +2,10 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,7 +13,10 @@ import (
 
 	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/slotctl"
 )
 
 // ambiguousTx starts, on conn, a transaction X whose rolled back
@@ -155,5 +162,195 @@ func waitMetric(t *testing.T, ctx context.Context, e *env, name string, want flo
 			t.Fatalf("%s stayed at %v, want %v", name, metricSum(t, e.reg, name), want)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a metric, with the context's deadline
+	}
+}
+
+// TestStreamingSpoolFaultFallsBackToProtocol1: a spool that cannot be
+// written costs speed, not availability: each streamed transaction it
+// cannot hold is sent again with protocol version 1 (one reconnect there,
+// one back), counted in walbox_spool_errors_total, and everything is
+// delivered. It failed when the spool's syscall.Errno passed for a network
+// error: a full 256 KiB tmpfs gave 79 reconnects in 30 s and none of 5,001
+// events delivered, the server decoding and streaming the transaction again
+// on every cycle.
+func TestStreamingSpoolFaultFallsBackToProtocol1(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dir  func(t *testing.T) string
+	}{
+		{"not a directory", func(t *testing.T) string {
+			// ENOTDIR, for root too (a mode would not stop root).
+			file := filepath.Join(t.TempDir(), "file")
+			if err := os.WriteFile(file, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(file, "spool")
+		}},
+		{"full disk", func(t *testing.T) string {
+			// ENOSPC: a 256 KiB tmpfs, where mounting is allowed.
+			dir := t.TempDir()
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+				t.Skipf("cannot mount a small tmpfs here (%v: %s)", err, out)
+			}
+			t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+			return dir
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.dir(t)
+			e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) { c.SpoolDir = dir }, smallWorkMem)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			gen := outboxtest.NewGenerator(41, 10)
+			var written []outboxtest.Event
+			for _, n := range []int{5_000, 10, 5_000, 1} {
+				batch := gen.Batch(n)
+				if err := outboxtest.WriteTx(ctx, e.conn, batch); err != nil {
+					t.Fatal(err)
+				}
+				written = append(written, batch...)
+			}
+			last := written[len(written)-1]
+			consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer consumer.Close()
+			got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
+				for _, g := range got {
+					if g.Headers["event_id"] == last.ID {
+						return true
+					}
+				}
+				return false
+			})
+			if err != nil {
+				t.Fatalf("consume: %v (%d reconnects)", err, int(metricSum(t, e.reg, "walbox_postgres_reconnects_total")))
+			}
+			if rep := outboxtest.Check(written, got); !rep.OK() || rep.Delivered != len(written) {
+				t.Fatalf("delivery: %v, %d records for %d events", rep, len(got), len(written))
+			}
+			spoolErrs := metricSum(t, e.reg, "walbox_spool_errors_total")
+			reconnects := metricSum(t, e.reg, "walbox_postgres_reconnects_total")
+			if spoolErrs < 1 {
+				t.Errorf("walbox_spool_errors_total = %v, want the spool's failure counted", spoolErrs)
+			}
+			// Each large transaction: one reconnect to protocol 1, one back.
+			if reconnects > 4 {
+				t.Errorf("%v reconnects for 2 transactions the spool could not hold, want at most 4", reconnects)
+			}
+			t.Logf("%d events delivered; %v spool errors, %v reconnects", len(written), spoolErrs, reconnects)
+		})
+	}
+}
+
+// TestReplaySpoolFaultsFallBackToProtocol1: walbox replay handles what makes
+// walbox run fall back to protocol version 1 the same way, on the same
+// connection (its temporary slot goes with the connection, not with the
+// stream): a transaction larger than --spool-max-bytes, a spool that cannot
+// be written, and a rolled back subtransaction's message the stream cannot
+// attribute. Each used to end the replay with an error (the last asking for
+// --streaming=false). Every event of the range is replayed, once.
+func TestReplaySpoolFaultsFallBackToProtocol1(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv := pgtest.Start(t, smallWorkMem)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
+		t.Fatal(err)
+	}
+	gen := outboxtest.NewGenerator(43, 10)
+	var want []outboxtest.Event
+	// Too large for the 512 KiB spool, then one that fits.
+	for _, n := range []int{10_000, 1_000} {
+		batch := gen.Batch(n)
+		if err := outboxtest.WriteTx(ctx, conn, batch); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, batch...)
+	}
+	// Ambiguous, then a small one.
+	tx := ambiguousTx(t, ctx, conn, gen)
+	keep := gen.Batch(1_000)
+	if err := copyEvents(ctx, tx, keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := gen.Batch(1)
+	if err := outboxtest.WriteTx(ctx, conn, last); err != nil {
+		t.Fatal(err)
+	}
+	want = append(append(want, keep...), last...)
+	commits := commitLSNs(ctx, t, conn)
+	if len(commits) != 4 {
+		t.Fatalf("found %d commits, want 4", len(commits))
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot('peek')`); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		dir      string
+		maxBytes int64
+		streamed int
+	}{
+		{"spool full", t.TempDir(), 512 << 10, 1},
+		{"spool not a directory", filepath.Join(notDir, "spool"), 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &ackingProducer{}
+			res, err := pipeline.Replay(ctx, pipeline.ReplayConfig{
+				ConnString: srv.DSN("postgres"), Publication: "walbox", Slot: "walbox_replay", Tables: []string{"public.outbox"},
+				MessagePrefix: "outbox",
+				Range:         pipeline.Range{FromLSN: commits[0], ToLSN: commits[3]}, From: commits[0].String(), StatusInterval: 50 * time.Millisecond,
+				SpoolDir: tc.dir, SpoolMaxBytes: tc.maxBytes,
+			}, p, rt, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range p.recs {
+				for _, h := range r.Headers {
+					if h.Key == "event_id" {
+						got = append(got, string(h.Value))
+					}
+				}
+			}
+			var wantIDs []string
+			for _, ev := range want {
+				wantIDs = append(wantIDs, ev.ID)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(wantIDs) {
+				t.Fatalf("replayed %d events, want %d in commit order", len(got), len(wantIDs))
+			}
+			if res.Streamed < tc.streamed {
+				t.Errorf("%d transactions streamed, want at least %d (streaming again after the fallback)", res.Streamed, tc.streamed)
+			}
+			t.Logf("replayed %d events, %d transactions streamed", len(got), res.Streamed)
+		})
 	}
 }

@@ -281,6 +281,32 @@ func TestSpoolNotWritable(t *testing.T) {
 	if !errors.Is(err, ErrSpoolUnwritable) || !strings.Contains(err.Error(), "--spool-dir") || !strings.Contains(err.Error(), parent) {
 		t.Fatalf("error %v, want ErrSpoolUnwritable naming --spool-dir and the directory", err)
 	}
+	// Not fatal, and no reconnect to the same failure: the next session
+	// speaks protocol version 1 for the transaction.
+	if !IsRetryable(err) || l.unstreamXID != 100 {
+		t.Errorf("retryable %v, unstreamXID %d: want a reconnect with protocol version 1 for transaction 100", IsRetryable(err), l.unstreamXID)
+	}
+	if got := testutil.ToFloat64(l.streamMetrics.spoolErrors); got != 1 {
+		t.Errorf("walbox_spool_errors_total = %v, want 1", got)
+	}
+}
+
+// TestSpoolErrorsAreNotNetworkErrors: a spool's disk fault wraps a
+// syscall.Errno, which has Timeout and Temporary and so passes for a
+// net.Error; IsRetryable took it for one and walbox reconnected for ever
+// (79 times in 30 s in the test). Only the loop's deliberate
+// reconnect with protocol version 1 is retryable.
+func TestSpoolErrorsAreNotNetworkErrors(t *testing.T) {
+	s := newSpool("/nonexistent", 1, newStreamMetrics(nil).spoolBytes)
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EACCES, syscall.EROFS, syscall.ENOTDIR, syscall.EMFILE} {
+		err := s.unwritable(&os.PathError{Op: "write", Path: "/spool/1.spool", Err: errno})
+		if IsRetryable(err) {
+			t.Errorf("%v: retryable, want not (a disk fault is no network error)", errno)
+		}
+		if !IsRetryable(&connectionLostError{err: err}) {
+			t.Errorf("%v: the reconnect with protocol version 1 is not retryable", errno)
+		}
+	}
 }
 
 // TestSpoolRemovesOnlyDeadSiblings: a start removes the subdirectory a dead
