@@ -177,9 +177,9 @@ type Config struct {
 	// It is disposable: a restart sends uncommitted transactions again.
 	SpoolDir string
 	// SpoolMaxBytes bounds the spool (1 GiB). A streamed transaction that
-	// does not fit ends the session (ErrSpoolFull); the next one speaks
-	// protocol version 1 until the server has sent that transaction whole
-	// (stream.go's unstreamable).
+	// does not fit ends the session (ErrSpoolFull), as does a spool that
+	// fails (ErrSpoolUnwritable); the next one speaks protocol version 1
+	// until that transaction ended (stream.go's unstreamable).
 	SpoolMaxBytes int64
 	// TxnPhase, when set, is called by the loop at each phase of a Kafka
 	// transaction: PhaseProduced, PhaseCommitted, PhaseConfirmed. It is a

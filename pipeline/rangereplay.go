@@ -141,15 +141,18 @@ type ReplayConfig struct {
 	// From is the --from value as given, for refusals.
 	From string
 	// DisableStreaming, SpoolDir and SpoolMaxBytes are as in Config: a
-	// streamed transaction waits in the spool until its commit.
+	// streamed transaction waits in the spool until its commit, and one
+	// the spool cannot hold is sent again with protocol version 1.
 	DisableStreaming bool
 	SpoolDir         string
 	SpoolMaxBytes    int64
 	// DryRun routes and counts the events without producing them.
 	DryRun bool
 	// ReceiveTimeout bounds the silence of the connection (30s; raised to
-	// the server's wal_sender_timeout). A replay cannot reconnect (its
-	// temporary slot goes with the connection), so it fails instead.
+	// the server's wal_sender_timeout). A replay cannot reconnect after a
+	// lost connection (its temporary slot goes with it), so it fails
+	// instead; it moves to a new connection only for a fallback to
+	// protocol version 1, from the live one (restart).
 	ReceiveTimeout time.Duration
 	// StatusInterval is how often the server is asked for its position
 	// (1s); that is how an idle stream finds its end.

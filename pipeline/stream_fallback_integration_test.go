@@ -75,83 +75,94 @@ func TestStreamingFallbackEndsWithTheTransaction(t *testing.T) {
 				// status; the short run keeps one of the two.
 				fulltest.Require(t, "the empty-transaction fallback case")
 			}
-			e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) {
-				c.SpoolDir = t.TempDir()
-				c.MessagePrefix = "outbox"
-			}, smallWorkMem)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			gen := outboxtest.NewGenerator(31, 4)
-			conn2, err := pgx.Connect(ctx, e.srv.DSN("postgres"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn2.Close(context.Background())
-			tx := ambiguousTx(t, ctx, conn2, gen)
-			var written []outboxtest.Event
-			// Traffic while X is open.
-			small := gen.Batch(10)
-			if err := outboxtest.WriteTx(ctx, e.conn, small); err != nil {
-				t.Fatal(err)
-			}
-			written = append(written, small...)
-			if tc.end != nil {
-				if err := tc.end(ctx, tx, gen); err != nil {
-					t.Fatal(err)
-				}
-				waitMetric(t, ctx, e, "walbox_streamed_unstreamed_total", 1)
-				if err := tx.Rollback(ctx); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				if err := tx.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				waitMetric(t, ctx, e, "walbox_streamed_unstreamed_total", 1)
-			}
-			// Large transactions, with small ones between them, until one
-			// streams again.
-			deadline := time.Now().Add(90 * time.Second)
-			for metricSum(t, e.reg, "walbox_streamed_transactions_total") < 1 {
-				if time.Now().After(deadline) {
-					t.Fatalf("no transaction streamed within 90 s after X ended (%d events written since): walbox stayed on protocol version 1", len(written))
-				}
-				for _, n := range []int{2_000, 10} {
-					batch := gen.Batch(n)
-					if err := outboxtest.WriteTx(ctx, e.conn, batch); err != nil {
-						t.Fatal(err)
-					}
-					written = append(written, batch...)
-				}
-				time.Sleep(time.Second) // pacing the writer, not synchronisation
-			}
-			last := gen.Batch(1)
-			if err := outboxtest.WriteTx(ctx, e.conn, last); err != nil {
-				t.Fatal(err)
-			}
-			written = append(written, last...)
-			consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer consumer.Close()
-			got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
-				for _, g := range got {
-					if g.Headers["event_id"] == last[0].ID {
-						return true
-					}
-				}
-				return false
+			// pg_xact_status and the keepalives that carry the server's
+			// position past X, on every version.
+			pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
+				testFallbackEnds(t, tc.end, pgtest.WithBinDir(v.BinDir))
 			})
-			if err != nil {
-				t.Fatalf("consume: %v", err)
-			}
-			if rep := outboxtest.Check(written, got); !rep.OK() || rep.Delivered != len(written) {
-				t.Fatalf("delivery: %v, %d records for %d events", rep, len(got), len(written))
-			}
-			t.Logf("%d events delivered, %v transactions streamed after X", len(written), metricSum(t, e.reg, "walbox_streamed_transactions_total"))
 		})
 	}
+}
+
+// testFallbackEnds falls back for an ambiguous transaction X, ends X with
+// end (nil: commits it, empty under protocol 1; else runs end and rolls X
+// back), and writes large transactions until one streams again.
+func testFallbackEnds(t *testing.T, end func(ctx context.Context, tx pgx.Tx, gen *outboxtest.Generator) error, opts ...func(*pgtest.Options)) {
+	e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) {
+		c.SpoolDir = t.TempDir()
+		c.MessagePrefix = "outbox"
+	}, append(opts, smallWorkMem)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	gen := outboxtest.NewGenerator(31, 4)
+	conn2, err := pgx.Connect(ctx, e.srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close(context.Background())
+	tx := ambiguousTx(t, ctx, conn2, gen)
+	var written []outboxtest.Event
+	// Traffic while X is open.
+	small := gen.Batch(10)
+	if err := outboxtest.WriteTx(ctx, e.conn, small); err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, small...)
+	if end != nil {
+		if err := end(ctx, tx, gen); err != nil {
+			t.Fatal(err)
+		}
+		waitMetric(t, ctx, e, "walbox_streamed_unstreamed_total", 1)
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitMetric(t, ctx, e, "walbox_streamed_unstreamed_total", 1)
+	}
+	// Large transactions, with small ones between them, until one
+	// streams again.
+	deadline := time.Now().Add(90 * time.Second)
+	for metricSum(t, e.reg, "walbox_streamed_transactions_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no transaction streamed within 90 s after X ended (%d events written since): walbox stayed on protocol version 1", len(written))
+		}
+		for _, n := range []int{2_000, 10} {
+			batch := gen.Batch(n)
+			if err := outboxtest.WriteTx(ctx, e.conn, batch); err != nil {
+				t.Fatal(err)
+			}
+			written = append(written, batch...)
+		}
+		time.Sleep(time.Second) // pacing the writer, not synchronisation
+	}
+	last := gen.Batch(1)
+	if err := outboxtest.WriteTx(ctx, e.conn, last); err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, last...)
+	consumer, err := outboxtest.NewConsumer(e.brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
+		for _, g := range got {
+			if g.Headers["event_id"] == last[0].ID {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	if rep := outboxtest.Check(written, got); !rep.OK() || rep.Delivered != len(written) {
+		t.Fatalf("delivery: %v, %d records for %d events", rep, len(got), len(written))
+	}
+	t.Logf("%d events delivered, %v transactions streamed after X", len(written), metricSum(t, e.reg, "walbox_streamed_transactions_total"))
 }
 
 // waitMetric waits until the metric's sum reaches at least want.
