@@ -21,9 +21,10 @@ import (
 )
 
 // ErrSpoolFull is returned (wrapped) when a streamed transaction does not fit
-// in Config.SpoolMaxBytes. It is permanent: the same transaction comes again
-// after a restart, so the limit or the disk must change first. Nothing is
-// dropped and nothing past the transaction is confirmed.
+// in Config.SpoolMaxBytes. Streaming cannot deliver it (the same transaction
+// comes again after a restart), so the relay sends it again with protocol
+// version 1 (stream.go's unstreamable). Nothing is dropped and nothing past
+// the transaction is confirmed.
 var ErrSpoolFull = errors.New("spool full")
 
 // ErrSpoolUnwritable is returned (wrapped) when the spool directory cannot be
