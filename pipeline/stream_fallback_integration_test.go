@@ -199,6 +199,7 @@ func TestStreamingSpoolFaultFallsBackToProtocol1(t *testing.T) {
 		}},
 		{"full disk", func(t *testing.T) string {
 			// ENOSPC: a 256 KiB tmpfs, where mounting is allowed.
+			fulltest.Require(t, "a full disk under the spool, next to the short run's unwritable path")
 			dir := t.TempDir()
 			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
 				t.Skipf("cannot mount a small tmpfs here (%v: %s)", err, out)
