@@ -257,8 +257,20 @@ type xactEnd struct {
 }
 
 // end returns a WAL position past the transaction's end record once it
-// ended, 0 before.
+// ended, 0 before; unstreamBlind when the server could not be asked for
+// unstreamBlindAfter.
 func (w *xactEnd) end() pglogrepl.LSN { return pglogrepl.LSN(w.lsn.Load()) }
+
+// unstreamBlindAfter bounds a fallback whose transaction's status cannot be
+// read (a role that may not log in to the database, say): past it the
+// session ends to stream again all the same, so protocol version 1 is never
+// for good. Should the transaction still be open and undecidable, the
+// stream falls back again, once per bound at most. A variable for tests.
+var unstreamBlindAfter = 5 * time.Minute
+
+// unstreamBlind is the end xactEnd reports when it gave up asking: below
+// every position a session starts from.
+const unstreamBlind pglogrepl.LSN = 1
 
 // watchXactEnd starts asking every interval whether transaction xid ended;
 // stop ends the goroutine and waits for it.
@@ -274,7 +286,7 @@ func (r *Relay) watchXactEnd(ctx context.Context, xid uint32, interval time.Dura
 				conn.Close(context.Background())
 			}
 		}()
-		warned := false
+		var failingSince time.Time
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -284,11 +296,22 @@ func (r *Relay) watchXactEnd(ctx context.Context, xid uint32, interval time.Dura
 				r.log.Info("the transaction protocol version 1 is spoken for ended on the server", "xid", xid, "lsn", lsn.String())
 				return
 			}
-			if err != nil && ctx.Err() == nil && !warned {
-				// Its Commit, if it comes, still ends the fallback.
-				r.log.Warn("cannot ask the server whether the transaction protocol version 1 is spoken for ended; retrying (grant the walbox role a login to the database, as for --standby)",
-					"xid", xid, "err", err)
-				warned = true
+			if err == nil {
+				failingSince = time.Time{}
+			}
+			if err != nil && ctx.Err() == nil {
+				switch {
+				case failingSince.IsZero():
+					// Its Commit, if it comes, still ends the fallback.
+					failingSince = time.Now()
+					r.log.Warn("cannot ask the server whether the transaction protocol version 1 is spoken for ended; retrying (grant the walbox role a login to the database, as for --standby)",
+						"xid", xid, "err", err, "stream_again_in", unstreamBlindAfter.String())
+				case time.Since(failingSince) > unstreamBlindAfter:
+					r.log.Warn("could not ask the server whether the transaction protocol version 1 is spoken for ended; streaming again all the same",
+						"xid", xid, "err", err, "for", time.Since(failingSince).Round(time.Second).String())
+					w.lsn.Store(uint64(unstreamBlind))
+					return
+				}
 			}
 			if err != nil && conn != nil {
 				conn.Close(context.Background())

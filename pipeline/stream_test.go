@@ -576,3 +576,29 @@ func TestStandbyDropsSpool(t *testing.T) {
 		t.Errorf("walbox_spool_bytes = %v while standing by", got)
 	}
 }
+
+// TestXactEndBlind: a fallback whose transaction's status the server cannot
+// be asked for (here: nothing listens) still ends, after
+// unstreamBlindAfter, so protocol version 1 is never for good.
+func TestXactEndBlind(t *testing.T) {
+	defer func(d time.Duration) { unstreamBlindAfter = d }(unstreamBlindAfter)
+	unstreamBlindAfter = 50 * time.Millisecond
+	p := &fakeProducer{}
+	l := streamingTestLoop(t, Config{}, p)
+	w, stop := l.relay.watchXactEnd(t.Context(), 100, 10*time.Millisecond)
+	defer stop()
+	deadline := time.Now().Add(time.Minute)
+	for w.end() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the fallback never ends while the server cannot be asked")
+		}
+		time.Sleep(10 * time.Millisecond) // polling, with a deadline
+	}
+	if w.end() != unstreamBlind {
+		t.Fatalf("end %s, want unstreamBlind", w.end())
+	}
+	l.unstream = unstreamState{xid: 100, watch: w}
+	if !l.unstreamDone() {
+		t.Error("the session does not end to stream again")
+	}
+}
