@@ -47,8 +47,9 @@ func DefaultSpoolDir() string {
 // spoolLockTimeout bounds the wait for the spool directory's guard lock,
 // which a process holds only while it creates its subdirectory or removes a
 // dead one's: a process that holds it longer is stuck (or stopped), and
-// waiting for it without end would stop streaming without a word.
-const spoolLockTimeout = 30 * time.Second
+// waiting for it without end would stop streaming without a word. The loop
+// goroutine waits, so the bound stays well below wal_sender_timeout.
+const spoolLockTimeout = 10 * time.Second
 
 // spool keeps the changes of streamed in-progress transactions on disk until
 // their Stream Commit, one file per top-level transaction, so that memory
