@@ -170,7 +170,7 @@ var options = []*option{
 	{
 		flag: "spool-dir", env: "WALBOX_SPOOL_DIR", yaml: "spool_dir", group: groupPostgres,
 		help: "Directory where streamed transactions wait for their commit (a subdirectory per process, removed on exit and by the next start after a crash); " +
-			"empty means walbox-spool in the temporary directory ($TMPDIR, else /tmp). It must be writable once a transaction larger than the server's logical_decoding_work_mem streams",
+			"empty means walbox-spool-<uid> in the temporary directory ($TMPDIR, else /tmp), mode 0700, refused if another user owns it. Where it cannot be written, a transaction larger than the server's logical_decoding_work_mem is sent with protocol version 1 instead (the server spills it), with a warning and walbox_spool_errors_total",
 		value:    stringValue("DIR", func(c *Config) *string { return &c.SpoolDir }),
 		check:    func(*Config) error { return nil }, // any path; written only when a transaction streams
 		pipeline: func(c *Config, p *pipeline.Config) { p.SpoolDir = c.SpoolDir },

@@ -97,6 +97,11 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 
 	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(),
 		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit, unstream: unstreamState{xid: unstream}}
+	if unstream != 0 {
+		var stop func()
+		l.unstream.watch, stop = r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
+		defer stop()
+	}
 	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
 	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
 	err = l.run(ctx)
@@ -207,7 +212,7 @@ func (l *loop) run(ctx context.Context) error {
 			continue
 		}
 		if l.unstreamDone() {
-			return &connectionLostError{err: fmt.Errorf("xid %d arrived whole with protocol version 1; reconnecting to stream again", l.unstream.xid)}
+			return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", l.unstream.xid)}
 		}
 		if l.replay != nil {
 			// A committed streamed transaction is handed on before
@@ -374,7 +379,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 			return l.outboxUpdate(m.Relation, walStart)
 		}
 	case *decoder.Commit:
-		l.unstreamCommit()
+		l.unstreamCommit(m.EndLSN)
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
 			l.txn = nil
