@@ -65,7 +65,7 @@ func Check(ctx context.Context, conn Querier, cfg Config) (Plan, error) {
 	case errors.Is(err, ErrPublicationNotFound):
 		switch {
 		case slotFound:
-			problems = append(problems, publicationUnderSlotError(r))
+			problems = append(problems, publicationUnderSlotError(ctx, conn, r))
 		case publicationMissingError(r) != nil:
 			problems = append(problems, publicationMissingError(r))
 		default:
