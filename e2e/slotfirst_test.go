@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
@@ -74,12 +75,13 @@ func TestSlotCreatedBeforeThePublication(t *testing.T) {
 		t.Fatalf("%s: %v", create, err)
 	}
 	// Without the advance, PostgreSQL 14 to 17 cannot decode the rows
-	// written before the publication (18 skips them).
+	// written before the publication (18 skips them); shown in the full
+	// run (it takes a walbox run to its failure).
 	var major int
 	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int / 10000`).Scan(&major); err != nil {
 		t.Fatal(err)
 	}
-	if major < 18 {
+	if major < 18 && fulltest.Enabled() {
 		stuck := runWalboxToExit(t, env, nil, time.Minute)
 		if stuck.code == 0 || !strings.Contains(stuck.stderr, `publication "walbox" does not exist`) {
 			t.Fatalf("walbox run before the advance exited %d, want it to stop on the rows written before the publication:\n%s", stuck.code, stuck.stderr)

@@ -188,6 +188,9 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if hb != nil {
 		g.Go(func() error { return hb.Run(gctx) })
 	}
+	if cfg.FailoverSlot {
+		g.Go(func() error { watchStandbyCopies(gctx, cfg, standbyCopiesInterval, log); return nil })
+	}
 	g.Go(func() error {
 		defer func() {
 			if srv != nil {
