@@ -33,8 +33,12 @@ import (
 func TestPatroni(t *testing.T) {
 	fulltest.Require(t, "walbox on a real Patroni cluster: switchover, crash, lossy crash")
 	for _, v := range patronitest.RequireVersions(t, 15, 17) {
-		// A broker each: the collector counts what it consumes.
-		t.Run(v.String(), func(t *testing.T) { testPatroni(t, v, kafkatest.Start(t).Addrs()) })
+		// A broker each: the collector counts what it consumes. The two
+		// run side by side: most of each is waiting for Patroni's ttl.
+		t.Run(v.String(), func(t *testing.T) {
+			t.Parallel()
+			testPatroni(t, v, kafkatest.Start(t).Addrs())
+		})
 	}
 }
 
