@@ -14,6 +14,7 @@ import (
 
 	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/kafkatest"
+	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/patronitest"
 )
@@ -86,9 +87,20 @@ func testPatroni(t *testing.T, v patronitest.Version, brokers []string) {
 	}
 	// A slot walbox would create is refused: Patroni drops every slot
 	// outside its slots: (measured: within a second on the primary).
-	refused := runWalboxToExit(t, append(append([]string(nil), env...), "WALBOX_SLOT=walbox_other", "WALBOX_FAILOVER_SLOT=false", "WALBOX_CREATE_SLOT=true"), nil, time.Minute)
+	otherEnv := append(append([]string(nil), env...), "WALBOX_SLOT=walbox_other", "WALBOX_FAILOVER_SLOT=false", "WALBOX_CREATE_SLOT=true")
+	refused := runWalboxToExit(t, otherEnv, nil, time.Minute)
 	if refused.code == 0 || !strings.Contains(refused.stderr, "run by Patroni") || !strings.Contains(refused.stderr, "slots: {walbox_other: {type: logical") {
 		t.Fatalf("walbox --create-slot --slot walbox_other on a Patroni cluster exited %d, want a refusal naming Patroni's slots::\n%s", refused.code, refused.stderr)
+	}
+	checkOut := &logbuf.Buffer{}
+	check := startWalboxOut(t, otherEnv, checkOut, "config", "check", "--connect")
+	select {
+	case <-check.done:
+	case <-time.After(time.Minute):
+		t.Fatal("walbox config check --connect did not finish within a minute")
+	}
+	if s := checkOut.String() + check.stderr.String(); check.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(s, "run by Patroni") {
+		t.Fatalf("walbox config check --connect --create-slot --slot walbox_other on a Patroni cluster does not say the slot would be refused:\n%s", s)
 	}
 	col := startCollector(ctx, t, brokers)
 	w := startWriter(ctx, t, dsn, uint64(v.Major), 200, 30, 10_000_000, 10*time.Millisecond)

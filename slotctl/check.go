@@ -114,6 +114,13 @@ func Check(ctx context.Context, conn Querier, cfg Config) (Plan, error) {
 		default:
 			problems = append(problems, err)
 		}
+		if plan.CreateSlot && !r.failover {
+			// As createMissingSlot: Patroni would drop the slot.
+			if scope := PatroniScope(ctx, conn); scope != "" {
+				plan.CreateSlot = false
+				problems = append(problems, patroniCreateError(scope, r, err))
+			}
+		}
 	case err != nil:
 		return plan, err
 	default:
