@@ -193,7 +193,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			return nil
 		}
 		if !fenced && !IsRetryable(err) && !isTxnAborted(err) {
-			return err
+			return explainSlotWALGone(err, r.cfg.Slot)
 		}
 		if streamed {
 			retry.sessionLost(time.Now())

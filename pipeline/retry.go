@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -94,4 +95,23 @@ func notPrimary(err error) bool {
 		}
 	}
 	return false
+}
+
+// explainSlotWALGone adds the cause and the recovery to the server's
+// "requested WAL segment ... has already been removed" (SQLSTATE 58P01)
+// while decoding slot, which otherwise stops walbox with the server's words
+// only. With Patroni it follows a failover to a replica whose copy of the
+// slot was made before the replica had that WAL; other errors are returned
+// as they are.
+func explainSlotWALGone(err error, slot string) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "58P01" || !strings.Contains(pgErr.Message, "requested WAL segment") {
+		return err
+	}
+	return fmt.Errorf("%w; slot %q needs WAL this server no longer has (its restart_lsn is older than the oldest WAL file), so it cannot be decoded here and its events from that point on cannot be streamed. "+
+		"After a failover this is a copy of the slot made before the promoted standby had that WAL: Patroni copies a slot to a replica with the primary's restart_lsn and moves the copy only as the primary's slot moves, "+
+		"so a replica that joined shortly before the failover may hold such a copy (docs/patroni.md); on one server, the WAL was removed past max_slot_wal_keep_size. "+
+		"Recover as for a vanished slot: drop the slot (`slotctl drop --slot %s`; under Patroni it is then created again by Patroni, else create it with `slotctl create`), "+
+		"then re-publish the outbox rows committed since the last event your consumers received (docs/slots.md, \"If the slot vanished\")",
+		err, slot, slot)
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,22 @@ func TestNotPrimaryRecognisesServersThatAnswer(t *testing.T) {
 		if got := notPrimary(tt.err); got != tt.want {
 			t.Errorf("notPrimary(%v) = %v, want %v", tt.err, got, tt.want)
 		}
+	}
+}
+
+func TestExplainSlotWALGone(t *testing.T) {
+	gone := &pgconn.PgError{Severity: "ERROR", Code: "58P01", Message: "requested WAL segment 000000010000000000000001 has already been removed"}
+	err := explainSlotWALGone(fmt.Errorf("receive: %w", gone), "walbox")
+	if !errors.Is(err, gone) {
+		t.Fatalf("the server's error is not kept: %v", err)
+	}
+	for _, want := range []string{`slot "walbox" needs WAL this server no longer has`, "Patroni copies a slot", "slotctl drop --slot walbox", "re-publish"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	other := &pgconn.PgError{Code: "42704", Message: `replication slot "walbox" does not exist`}
+	if got := explainSlotWALGone(other, "walbox"); got != error(other) {
+		t.Errorf("another error was changed: %v", got)
 	}
 }
