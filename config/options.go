@@ -426,14 +426,15 @@ var options = []*option{
 	},
 	{
 		flag: "reconnect-backoff-min", env: "WALBOX_RECONNECT_BACKOFF_MIN", yaml: "reconnect_backoff_min", group: groupOperations,
-		help:     "First wait before reconnecting after a lost connection",
+		help: "First wait before reconnecting after a lost connection; for 2 minutes after a replication session that streamed is lost, " +
+			"and for up to 10 minutes while the server answers but is not a writable primary (a standby being promoted), every wait stays at this one instead of doubling",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
 		check:    func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMin = c.ReconnectBackoffMin },
 	},
 	{
 		flag: "reconnect-backoff-max", env: "WALBOX_RECONNECT_BACKOFF_MAX", yaml: "reconnect_backoff_max", group: groupOperations,
-		help:     "Longest wait between reconnection attempts (the wait doubles up to it)",
+		help:     "Longest wait between reconnection attempts (the wait doubles up to it once the fast retries of --reconnect-backoff-min are over)",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMax }),
 		check:    func(c *Config) error { return checkBackoffMax(c.ReconnectBackoffMax, c.ReconnectBackoffMin) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMax = c.ReconnectBackoffMax },

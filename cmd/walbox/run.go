@@ -163,7 +163,11 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, log)
+	var waits standbyWaits
+	if hb != nil {
+		waits = hb
+	}
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, waits, log)
 	if err != nil {
 		return err
 	}
@@ -183,6 +187,9 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	}
 	if hb != nil {
 		g.Go(func() error { return hb.Run(gctx) })
+	}
+	if cfg.FailoverSlot {
+		g.Go(func() error { watchStandbyCopies(gctx, cfg, standbyCopiesInterval, log); return nil })
 	}
 	g.Go(func() error {
 		defer func() {
@@ -273,7 +280,7 @@ func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
 
 // startMetricsServer binds before returning so a port clash is a startup
 // error, not a log line later. An empty addr disables it.
-func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, log *slog.Logger) (*metricsServer, error) {
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, waits standbyWaits, log *slog.Logger) (*metricsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -284,6 +291,8 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", healthz)
-	mux.Handle("/readyz", newReadiness(relay, kafka, log))
+	ready := newReadiness(relay, kafka, log)
+	ready.waits = waits
+	mux.Handle("/readyz", ready)
 	return &metricsServer{Server: newHTTPServer(mux, metricsHTTPLimits), ln: limitListener(ln, metricsHTTPLimits.maxConns)}, nil
 }
