@@ -28,7 +28,7 @@ import (
 // timestamp walbox used to leave to the producer (the produce time) and a
 // margin covering only the longest transaction, as the runbooks said, they
 // skipped the rows committed in the last runbookLag before the loss.
-const runbookLag = 5 * time.Second
+const runbookLag = 3 * time.Second
 
 // Placeholders of the runbooks' command blocks.
 const (
@@ -87,7 +87,7 @@ func startLag(t *testing.T, target string) *faultproxy.Proxy {
 }
 
 // lagging delays walbox's replication stream by runbookLag and waits until
-// walbox's own metrics show it: 50 more transactions acknowledged more than
+// walbox's own metrics show it: 20 more transactions acknowledged more than
 // half the lag after their commit than before (the backlog of walbox's
 // start may have some).
 func lagging(ctx context.Context, t *testing.T, lag *faultproxy.Proxy, metricsAddr string) {
@@ -102,7 +102,7 @@ func lagging(ctx context.Context, t *testing.T, lag *faultproxy.Proxy, metricsAd
 	var before float64
 	waitUntil(ctx, t, time.Minute, "walbox's metrics", func() bool { before = late(); return before >= 0 })
 	lag.SetLatency(runbookLag)
-	waitUntil(ctx, t, 2*time.Minute, "walbox to lag", func() bool { return late() >= before+50 })
+	waitUntil(ctx, t, 2*time.Minute, "walbox to lag", func() bool { return late() >= before+20 })
 }
 
 // runbookMargin is the margin the runbooks ask for, read as an operator
