@@ -473,7 +473,7 @@ func (l *loop) handleMessage(m *decoder.Message, key replayKey) error {
 		return nil
 	}
 	l.log.Warn("malformed outbox message routed to the dead-letter topic", "lsn", m.LSN.String(), "xid", m.XID, "err", err)
-	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, err.Error())
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, m.CommitTime, err.Error())
 	im := &inflightRecord{txn: l.txn, key: key, lsn: m.LSN, xid: m.XID, prefix: m.Prefix, commitTime: m.CommitTime, deadLetter: true}
 	rec, err = l.checkSize(rec, im)
 	if err != nil {
@@ -526,7 +526,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	reason := fmt.Sprintf("outbox message at %s with prefix %q is not transactional: %s", m.LSN, m.Prefix, advice)
 	l.log.Warn("non-transactional outbox message routed to the dead-letter topic",
 		"lsn", m.LSN.String(), "prefix", m.Prefix, "dead_letter_topic", l.cfg.DeadLetterTopic)
-	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, reason)
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, time.Time{}, reason)
 	txn := l.txn
 	standalone := txn == nil
 	if standalone {
