@@ -175,6 +175,12 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 	}
 	inserts := len(last.inserts)
 	switch {
+	case last.end == 0 && off.committedAt() != 0 && off.committedAt() <= p.Start:
+		// Not found because it committed before the start: Postgres
+		// does not stream it again.
+		p.Resent = 0
+		p.Why += fmt.Sprintf("; Debezium had processed the COMMIT of its last transaction %d (ending at %s, the offset's %s), which is before the start: none of it is sent again",
+			off.TxID, off.committedAt(), describeOffset(off, 0, 0))
 	case last.end == 0:
 		p.Why += fmt.Sprintf("; Debezium's last transaction %d was not found among the next %d changes, so it is sent whole", off.TxID, peekLimit)
 	case sent == inserts:
@@ -202,6 +208,23 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 		}
 	}
 	return p, nil
+}
+
+// committedAt returns the end of transaction TxID when the offset says
+// Debezium processed its commit, else 0: the offset is at its COMMIT
+// (messageType COMMIT, lsn its end), or, from a Debezium 2.2 to 2.6
+// without transaction metadata, which processes a COMMIT without moving
+// lsn or messageType off the transaction's last change, lsn_proc and
+// lsn_commit are both that commit's, past lsn (a change moves lsn_proc to
+// its own lsn, and nothing else moves both).
+func (o Offset) committedAt() pglogrepl.LSN {
+	switch {
+	case o.MessageType == MessageCommit:
+		return o.LSN
+	case o.LSNProc != 0 && o.LSNProc == o.LSNCommit && o.LSNProc > o.LSN && (isChange(o.MessageType) || o.MessageType == ""):
+		return o.LSNCommit
+	}
+	return 0
 }
 
 // exactAtLSN reports whether the offset says exactly how many of the

@@ -199,9 +199,20 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 			want:   want{start: e.one.end, skipped: 1, xid: e.three.xid, resent: -1},
 		},
 		{
-			name:   "COMMIT of the COPY",
+			// The plan said the transaction was not found and "is sent
+			// whole", and Resent -1: it committed before the start, and
+			// none of it is sent.
+			name:   "COMMIT of the COPY (a heartbeat after it, or the transaction metadata's END)",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"COMMIT"}`, e.cp.end, e.cp.end, e.cp.end, e.cp.xid),
-			want:   want{start: e.cp.end, resent: -1},
+			want:   want{start: e.cp.end, why: "none of it is sent again"},
+		},
+		{
+			// Debezium 2.2 to 2.6 without transaction metadata processes
+			// a COMMIT without moving lsn or messageType off the last
+			// change: only lsn_proc and lsn_commit move to the commit.
+			name:   "2.2-2.6 heartbeat after the COMMIT of the COPY: lsn and messageType still the last row's",
+			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"INSERT"}`, x, e.cp.end, e.cp.end, e.cp.xid),
+			want:   want{start: e.cp.end, why: "none of it is sent again"},
 		},
 		{
 			name:   "a transactional MESSAGE after the COPY: every row before it sent",
