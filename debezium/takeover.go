@@ -66,8 +66,9 @@ type Plan struct {
 // those before its lsn, and of those at lsn (a COPY's rows share one) as
 // many as Offset.SentAtLSN says from messageType and lsn_events_processed:
 // all after a COMMIT, none after a BEGIN (whose LSN is the first change's),
-// lsn_events_processed after a change (one without it: the others of a
-// COPY are sent again).
+// lsn_events_processed after a change (one fewer when the transaction's
+// BEGIN shares that LSN, as a COPY opening the transaction does; one
+// without it: the others of a COPY are sent again).
 //
 // After a graceful stop (Connect flushes the offsets on the way out, then
 // Debezium confirms their lsn_commit, else lsn_proc) the slot's
