@@ -1,0 +1,307 @@
+package pipeline_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/walbox/walbox/internal/faultproxy"
+	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/slotctl"
+)
+
+// The topologies and faults of issue 26 that a primary with one standby
+// does not build: two standbys promoted one after the other, and a
+// replication connection that reaches a lagging hot standby.
+
+// delivery follows what walbox delivers against what was written.
+type delivery struct {
+	t        *testing.T
+	ctx      context.Context
+	consumer *outboxtest.Consumer
+	gen      *outboxtest.Generator
+	kept     []outboxtest.Event // on the server walbox ends on
+	erased   []outboxtest.Event // delivered, then lost with a server
+	got      []outboxtest.Received
+}
+
+func newDelivery(t *testing.T, ctx context.Context, brokers []string) *delivery {
+	t.Helper()
+	consumer, err := outboxtest.NewConsumer(brokers, `outbox\.event\..*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(consumer.Close)
+	return &delivery{t: t, ctx: ctx, consumer: consumer, gen: outboxtest.NewGenerator(26, 20)}
+}
+
+// write commits txns transactions of size events each on conn.
+func (d *delivery) write(conn *pgx.Conn, txns, size int) []outboxtest.Event {
+	d.t.Helper()
+	var out []outboxtest.Event
+	for range txns {
+		evs := d.gen.Batch(size)
+		if err := outboxtest.WriteTx(d.ctx, conn, evs); err != nil {
+			d.t.Fatal(err)
+		}
+		out = append(out, evs...)
+	}
+	return out
+}
+
+// readAll waits until every kept and erased event was consumed.
+func (d *delivery) readAll(what string) {
+	d.t.Helper()
+	n := len(d.kept) + len(d.erased)
+	rctx, cancel := context.WithTimeout(d.ctx, 20*time.Second)
+	defer cancel()
+	rest, err := d.consumer.ReadUntil(rctx, func(r []outboxtest.Received) bool {
+		return outboxtest.DistinctIDs(append(d.got, r...)) >= n
+	})
+	d.got = append(d.got, rest...)
+	if err != nil {
+		d.t.Fatalf("%s: %v (%v)", what, err, outboxtest.Check(append(append([]outboxtest.Event(nil), d.kept...), d.erased...), d.got))
+	}
+}
+
+func (d *delivery) check(what string, eos bool) {
+	d.t.Helper()
+	rep := outboxtest.Check(append(append([]outboxtest.Event(nil), d.kept...), d.erased...), d.got)
+	d.t.Logf("%s: %v", what, rep)
+	if !rep.OK() {
+		d.t.Fatalf("%s: %v", what, rep)
+	}
+	if eos && rep.Duplicates != 0 {
+		d.t.Errorf("%s, exactly-once: %d duplicates", what, rep.Duplicates)
+	}
+}
+
+func currentLSN(t *testing.T, ctx context.Context, conn *pgx.Conn) pglogrepl.LSN {
+	t.Helper()
+	var lsn pglogrepl.LSN
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// replayedTo returns the standby's replayed position.
+func replayedTo(t *testing.T, ctx context.Context, srv *pgtest.Server) pglogrepl.LSN {
+	t.Helper()
+	c, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var lsn pglogrepl.LSN
+	if err := c.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn()`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// TestRelayTellsSiblingTimelinesApart: primary A with standbys B and C and
+// no shared WAL archive. C is cut off, A crashes, B is promoted (timeline
+// 2) and walbox follows it; B crashes before C is re-pointed, and C is
+// promoted on timeline 2 as well, with another history. walbox compared
+// timeline numbers only and resumed at its position on B's timeline: C's
+// transactions below it were never delivered, and the events of A and B
+// that C lacks were not reported. Now the switch points decide: walbox
+// resumes where C's history and B's part, delivers every event C holds and
+// reports the others erased, at least once and exactly once.
+func TestRelayTellsSiblingTimelinesApart(t *testing.T) {
+	v := failoverVersions(t)[0]
+	t.Run("at-least-once", func(t *testing.T) { testSiblingTimelines(t, v, false) })
+	t.Run("exactly-once", func(t *testing.T) { testSiblingTimelines(t, v, true) })
+}
+
+func testSiblingTimelines(t *testing.T, v pgtest.Version, eos bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a := pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
+	conn, err := pgx.Connect(ctx, a.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"b", "c"} {
+		if _, err := conn.Exec(ctx, `SELECT pg_create_physical_replication_slot($1)`, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close(ctx)
+	settings := map[string]string{"sync_replication_slots": "on", "hot_standby_feedback": "on"}
+	aAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port()))
+	linkB, linkC := faultproxy.New(t, aAddr), faultproxy.New(t, aAddr)
+	b := pgtest.Standby(t, a, pgtest.StandbyOptions{PrimaryPort: linkB.Port(), PrimarySlotName: "b", Settings: settings})
+	c := pgtest.Standby(t, a, pgtest.StandbyOptions{PrimaryPort: linkC.Port(), PrimarySlotName: "c", Settings: settings})
+	if conn, err = pgx.Connect(ctx, a.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { conn.Close(context.Background()) }()
+	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true, Failover: true}
+	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := slotctl.EnsureSlot(ctx, conn, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	p := &failoverPair{primary: a, standby: b, brokers: cluster.ListenAddrs(), fc: failoverCase{eos: eos},
+		endpoint: faultproxy.New(t, aAddr)}
+	p.startRelay(t, slot.ConfirmedFlushLSN)
+	d := newDelivery(t, ctx, p.brokers)
+
+	// Shared by all three.
+	d.kept = append(d.kept, d.write(conn, 50, 4)...)
+	d.readAll("consume the shared history")
+	pos := currentLSN(t, ctx, conn)
+	waitFor(t, 30*time.Second, "walbox to confirm the shared history", func() bool {
+		c, _ := walboxSlot(t, ctx, a)
+		return c >= pos
+	})
+	waitFor(t, 60*time.Second, "both standbys to synchronize the slot", func() bool {
+		if _, err := conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		cb, okb := walboxSlot(t, ctx, b)
+		cc, okc := walboxSlot(t, ctx, c)
+		return okb && okc && cb >= pos && cc >= pos
+	})
+
+	// C is cut off; B receives what walbox streams from A.
+	linkC.Drop()
+	d.erased = append(d.erased, d.write(conn, 40, 4)...)
+	d.readAll("consume what C lacks")
+	pos = currentLSN(t, ctx, conn)
+	waitFor(t, 30*time.Second, "walbox to confirm what C lacks, and B to replay it", func() bool {
+		c, _ := walboxSlot(t, ctx, a)
+		return c >= pos && replayedTo(t, ctx, b) >= pos
+	})
+
+	// A crashes, B is promoted, walbox follows it.
+	if err := a.StopImmediate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(b.Port()))); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	if conn, err = pgx.Connect(ctx, b.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	d.erased = append(d.erased, d.write(conn, 40, 4)...)
+	d.readAll("consume on B")
+	pos = currentLSN(t, ctx, conn)
+	waitFor(t, 30*time.Second, "walbox to confirm on B", func() bool {
+		c, _ := walboxSlot(t, ctx, b)
+		return c >= pos
+	})
+	onB := p.relay.Confirmed()
+
+	// B crashes; C is promoted on timeline 2 too, and writes more WAL
+	// than walbox streamed from B before walbox reaches it.
+	if err := b.StopImmediate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	if conn, err = pgx.Connect(ctx, c.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	for currentLSN(t, ctx, conn) <= onB+0x4000 {
+		d.kept = append(d.kept, d.write(conn, 20, 4)...)
+	}
+	t.Logf("C wrote %d events up to %s; walbox confirmed %s on B", len(d.kept), currentLSN(t, ctx, conn), onB)
+	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port()))); err != nil {
+		t.Fatal(err)
+	}
+	d.kept = append(d.kept, d.write(conn, 10, 4)...)
+	d.readAll("consume on C")
+	d.check("after the second promotion", eos)
+	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != float64(len(d.erased)) {
+		t.Errorf("walbox_failover_erased_events_total = %v, want %d (the events of A and B that C lacks)", n, len(d.erased))
+	}
+}
+
+// TestRelayIsNotMisledByAHotStandby: the replication connection reaches a
+// lagging hot standby (a DNS name or VIP that flaps, a multi-host DSN
+// without target_session_attrs) while the primary never failed. walbox took
+// the standby's shorter WAL for a restore from an older backup, reported
+// every event the standby lacks as erased, then stopped for good on
+// START_REPLICATION's SQLSTATE 55000. Now it reports nothing, keeps
+// reconnecting, and streams on once the connection reaches the primary
+// again, losing nothing.
+func TestRelayIsNotMisledByAHotStandby(t *testing.T) {
+	v := failoverVersions(t)[0]
+	for _, eos := range []bool{false, true} {
+		name := "at-least-once"
+		if eos {
+			name = "exactly-once"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			p := startFailoverPair(t, ctx, v, failoverCase{eos: eos})
+			d := newDelivery(t, ctx, p.brokers)
+			d.kept = append(d.kept, d.write(p.conn, 20, 4)...)
+			d.readAll("consume before the standby lags")
+			p.link.Drop()
+			d.kept = append(d.kept, d.write(p.conn, 40, 4)...)
+			d.readAll("consume while the standby lags")
+			pos := currentLSN(t, ctx, p.conn)
+			waitFor(t, 30*time.Second, "walbox to confirm what the standby lacks", func() bool {
+				c, _ := walboxSlot(t, ctx, p.primary)
+				return c >= pos
+			})
+
+			// The endpoint flaps to the standby.
+			reconnects := metricValue(t, p.reg, "walbox_postgres_reconnects_total")
+			if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.standby.Port()))); err != nil {
+				t.Fatal(err)
+			}
+			p.endpoint.CloseAll()
+			waitFor(t, 30*time.Second, "walbox to try the standby a few times (or to report an erasure)", func() bool {
+				return metricValue(t, p.reg, "walbox_postgres_reconnects_total") >= reconnects+3 ||
+					metricValue(t, p.reg, "walbox_failover_erased_events_total") != 0
+			})
+			if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != 0 {
+				t.Errorf("walbox_failover_erased_events_total = %v while the primary never failed, want 0", n)
+			}
+			if n, _ := p.relay.FailoverErased(); n != 0 {
+				t.Errorf("FailoverErased = %d (what /readyz reports), want 0", n)
+			}
+
+			// Back to the primary: walbox streams on.
+			if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.primary.Port()))); err != nil {
+				t.Fatal(err)
+			}
+			p.endpoint.CloseAll()
+			d.kept = append(d.kept, d.write(p.conn, 20, 4)...)
+			d.readAll("consume after the endpoint is back on the primary")
+			d.check("after the standby", eos)
+			if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != 0 {
+				t.Errorf("walbox_failover_erased_events_total = %v, want 0", n)
+			}
+		})
+	}
+}
