@@ -305,3 +305,59 @@ func TestRelayIsNotMisledByAHotStandby(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayReportsAnotherClusterAsSuch: the endpoint walbox streams through
+// is moved to another cluster with a slot of the same name (a rebuilt
+// cluster, a blue/green switchover, a pg_upgrade of 17+ that keeps slots).
+// walbox reported every event it had ever sent as erased by a failover.
+// Now it says the server is another cluster, reports nothing erased, and
+// streams the other cluster's slot from its own position.
+func TestRelayReportsAnotherClusterAsSuch(t *testing.T) {
+	v := failoverVersions(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func() (*pgtest.Server, *pgx.Conn, pglogrepl.LSN) {
+		srv := pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
+		conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+			t.Fatal(err)
+		}
+		scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox", Publication: "walbox", CreateMissing: true}
+		if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
+			t.Fatal(err)
+		}
+		slot, err := slotctl.EnsureSlot(ctx, conn, scfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv, conn, slot.ConfirmedFlushLSN
+	}
+	blue, blueConn, from := start()
+	green, greenConn, _ := start()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	p := &failoverPair{primary: blue, brokers: cluster.ListenAddrs(),
+		endpoint: faultproxy.New(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(blue.Port())))}
+	p.startRelay(t, from)
+	d := newDelivery(t, ctx, p.brokers)
+	d.kept = append(d.kept, d.write(blueConn, 40, 4)...)
+	d.readAll("consume from the first cluster")
+
+	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(green.Port()))); err != nil {
+		t.Fatal(err)
+	}
+	p.endpoint.CloseAll()
+	d.kept = append(d.kept, d.write(greenConn, 20, 4)...)
+	d.readAll("consume from the other cluster")
+	d.check("after the move to another cluster", false)
+	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != 0 {
+		t.Errorf("walbox_failover_erased_events_total = %v, want 0: the first cluster's events were not erased", n)
+	}
+}
