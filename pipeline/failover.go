@@ -117,6 +117,16 @@ func (r *Relay) FailoverErased() (events uint64, at time.Time) {
 	return n, time.Unix(0, r.erasedAt.Load()).UTC()
 }
 
+// HistoryRewound returns how many times the server's history was found
+// switched (a failover, a restore, another cluster) and the end of the WAL
+// the last switch's two histories share: positions after it are other
+// transactions now. It feeds the trailing slot's keeper
+// (retention.Config.Rewound). Safe for concurrent use.
+func (r *Relay) HistoryRewound() (n uint64, to pglogrepl.LSN) {
+	n = r.rewinds.Load()
+	return n, pglogrepl.LSN(r.rewoundTo.Load())
+}
+
 // adoptHistory runs when a session has identified its server, before it
 // starts replication: it caps the start position to the history walbox
 // shares with the server, drops LSN-keyed state the new history makes
@@ -159,6 +169,11 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 		r.log.Info("the server's history changed; walbox had not streamed past the shared part", attrs...)
 	}
 	// LSNs from the cutoff on name other transactions now.
+	// Confirmed first: a keeper that sees the rewind must not then record
+	// the old history's position as confirmed now.
+	r.confirmed.Store(min(r.confirmed.Load(), uint64(h.start)))
+	r.rewoundTo.Store(uint64(h.cutoff))
+	r.rewinds.Add(1)
 	r.tracker = checkpoint.New(h.start)
 	if r.eos != nil {
 		r.eos.safe = min(r.eos.safe, h.start)
