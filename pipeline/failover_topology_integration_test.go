@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"testing"
@@ -9,11 +10,13 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/walbox/walbox/internal/faultproxy"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
+	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -360,4 +363,131 @@ func TestRelayReportsAnotherClusterAsSuch(t *testing.T) {
 	if n := metricValue(t, p.reg, "walbox_failover_erased_events_total"); n != 0 {
 		t.Errorf("walbox_failover_erased_events_total = %v, want 0: the first cluster's events were not erased", n)
 	}
+}
+
+// trailingSlot returns the confirmed position of walbox's trailing slot on
+// srv, and whether it exists.
+func trailingSlot(t *testing.T, ctx context.Context, srv *pgtest.Server) (pglogrepl.LSN, bool) {
+	t.Helper()
+	c, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var lsn pglogrepl.LSN
+	err = c.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'walbox_replay' AND confirmed_flush_lsn IS NOT NULL`).Scan(&lsn)
+	if err == pgx.ErrNoRows {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn, true
+}
+
+// TestReplayWindowSurvivesALossyFailover: --replay-window with a standby
+// that lacks the old primary's last transactions. The keeper's history
+// kept the old timeline's positions and ignored the new, lower ones, so a
+// window after those old positions were confirmed the trailing slot was
+// advanced to them, past new-timeline transactions confirmed seconds
+// before, which walbox replay could then no longer send. Now the relay's
+// history switch rewinds the keeper's history: for a window after the
+// failover the trailing slot keeps every new-timeline transaction.
+func TestReplayWindowSurvivesALossyFailover(t *testing.T) {
+	v := failoverVersions(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startFailoverPair(t, ctx, v, failoverCase{})
+	const window = 6 * time.Second
+	cc, err := pgx.ParseConfig(fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", p.endpoint.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := retention.New(retention.Config{Slot: "walbox", Window: window, Interval: 200 * time.Millisecond, RetryDelay: 200 * time.Millisecond,
+		Rewound: p.relay.HistoryRewound}, cc, p.relay.Confirmed, prometheus.NewRegistry(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, kcancel := context.WithCancel(context.Background())
+	kdone := make(chan error, 1)
+	go func() { kdone <- k.Run(kctx) }()
+	t.Cleanup(func() {
+		kcancel()
+		if err := <-kdone; err != nil {
+			t.Errorf("keeper: %v", err)
+		}
+	})
+	d := newDelivery(t, ctx, p.brokers)
+	// writeFor writes a small transaction every 200ms for dur.
+	writeFor := func(dur time.Duration) []outboxtest.Event {
+		var out []outboxtest.Event
+		for end := time.Now().Add(dur); time.Now().Before(end); {
+			out = append(out, d.write(p.conn, 1, 4)...)
+			tick := time.NewTimer(200 * time.Millisecond)
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			}
+		}
+		return out
+	}
+
+	// More than a window of shared history: the trailing slot moves.
+	d.kept = append(d.kept, writeFor(window+time.Second)...)
+	d.readAll("consume the shared history")
+	pos := currentLSN(t, ctx, p.conn)
+	waitFor(t, 60*time.Second, "the standby to synchronize both slots", func() bool {
+		if _, err := p.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		c, ok := walboxSlot(t, ctx, p.standby)
+		_, tok := trailingSlot(t, ctx, p.standby)
+		return ok && tok && c >= pos
+	})
+
+	// Two seconds of transactions the standby never receives.
+	p.link.Drop()
+	d.erased = append(d.erased, writeFor(2*time.Second)...)
+	d.readAll("consume what the standby lacks")
+	pos = currentLSN(t, ctx, p.conn)
+	waitFor(t, 30*time.Second, "walbox to confirm what the standby lacks", func() bool {
+		return p.relay.Confirmed() >= pos
+	})
+
+	if err := p.primary.StopImmediate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.endpoint.SetTarget(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.standby.Port()))); err != nil {
+		t.Fatal(err)
+	}
+	failoverAt := time.Now()
+	p.conn.Close(ctx)
+	if p.conn, err = pgx.Connect(ctx, p.standby.DSN("postgres")); err != nil {
+		t.Fatal(err)
+	}
+	firstNew := currentLSN(t, ctx, p.conn)
+	// For the window after the failover, every new transaction must stay
+	// in the trailing slot (its position at most the first one's start).
+	for time.Since(failoverAt) < window-time.Second {
+		d.kept = append(d.kept, d.write(p.conn, 1, 4)...)
+		if tr, ok := trailingSlot(t, ctx, p.standby); ok && tr > firstNew {
+			n, to := p.relay.HistoryRewound()
+			t.Fatalf("%s after the failover (window %s) the trailing slot is at %s, past the new timeline's first transaction at %s (live slot confirmed %s; %d history switches, the last to %s): walbox replay can no longer send new transactions confirmed within the window",
+				time.Since(failoverAt).Round(time.Millisecond), window, tr, firstNew, p.relay.Confirmed(), n, to)
+		}
+		tick := time.NewTimer(200 * time.Millisecond)
+		<-tick.C
+	}
+	d.readAll("consume on the new primary")
+	d.check("after the failover", false)
+	// Then it moves on with the new history.
+	waitFor(t, 30*time.Second, "the trailing slot to move on the new timeline", func() bool {
+		d.kept = append(d.kept, d.write(p.conn, 1, 4)...)
+		tr, _ := trailingSlot(t, ctx, p.standby)
+		return tr > firstNew
+	})
 }
