@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/walbox/walbox/internal/faultproxy"
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/outboxtest"
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/retention"
@@ -120,6 +121,7 @@ func replayedTo(t *testing.T, ctx context.Context, srv *pgtest.Server) pglogrepl
 // resumes where C's history and B's part, delivers every event C holds and
 // reports the others erased, at least once and exactly once.
 func TestRelayTellsSiblingTimelinesApart(t *testing.T) {
+	fulltest.Require(t, "three servers and two promotions, about 13 s per delivery mode")
 	v := failoverVersions(t)[0]
 	t.Run("at-least-once", func(t *testing.T) { testSiblingTimelines(t, v, false) })
 	t.Run("exactly-once", func(t *testing.T) { testSiblingTimelines(t, v, true) })
@@ -394,6 +396,7 @@ func trailingSlot(t *testing.T, ctx context.Context, srv *pgtest.Server) (pglogr
 // history switch rewinds the keeper's history: for a window after the
 // failover the trailing slot keeps every new-timeline transaction.
 func TestReplayWindowSurvivesALossyFailover(t *testing.T) {
+	fulltest.Require(t, "a replay window of 6 s before and after a failover, about 25 s")
 	v := failoverVersions(t)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
