@@ -64,6 +64,13 @@ func IsRetryable(err error) bool {
 		// A standby's check before START_REPLICATION: as 55006 below.
 		return true
 	}
+	var standby *standbyServerError
+	if errors.As(err, &standby) {
+		// The connection reached a standby (whatever it refused, 55000
+		// included): the next one may reach the primary (a multi-host
+		// DSN, a DNS name or VIP that moves), or the standby be promoted.
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -101,13 +108,6 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
-	var standby *standbyServerError
-	if errors.As(err, &standby) {
-		// The connection reached a standby: the next one may reach the
-		// primary (a multi-host DSN, a DNS name or VIP that moves), or
-		// the standby be promoted.
-		return true
-	}
 	var lost *connectionLostError
 	return errors.As(err, &lost)
 }
@@ -126,7 +126,7 @@ type standbyServerError struct {
 
 func (e *standbyServerError) Error() string {
 	msg := fmt.Sprintf("the replication connection reached %s, a standby (in recovery, timeline %d, WAL replayed up to %s), not the primary; walbox keeps reconnecting until it reaches the primary and takes nothing from the standby's WAL for a failover. "+
-		"Add target_session_attrs=read-write to a multi-host --postgres-dsn, or point the DNS name or VIP at the primary; to decode from a standby on purpose (PostgreSQL 16+), set --heartbeat-interval=0",
+		"Add target_session_attrs=read-write to a multi-host --pg-dsn, or point the DNS name or VIP at the primary; to decode from a standby on purpose (PostgreSQL 16+), set --heartbeat-interval=0",
 		e.host, e.timeline, e.walEnd)
 	if e.err != nil {
 		msg += ": " + e.err.Error()

@@ -2,11 +2,13 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestResumeOnHistory(t *testing.T) {
@@ -233,5 +235,32 @@ func TestOwnCommitOnAnOldTimelineDoesNotOverrideTheStateTopic(t *testing.T) {
 				t.Fatalf("supersedes = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestStandbyServerIsRetried: a session that reached a standby ends with
+// standbyServerError, also when START_REPLICATION refused it with SQLSTATE
+// 55000 (object_not_in_prerequisite_state), which alone is not retryable:
+// walbox stopped for good when a flapping endpoint reached a standby.
+func TestStandbyServerIsRetried(t *testing.T) {
+	refusal := fmt.Errorf("start replication on slot %q: %w", "walbox", &pgconn.PgError{Code: "55000", Message: "cannot use replication slot \"walbox\" for logical decoding"})
+	if IsRetryable(refusal) {
+		t.Fatal("a bare 55000 is retryable: the test does not test")
+	}
+	for _, err := range []error{
+		&standbyServerError{host: "127.0.0.1:5432", timeline: 1, walEnd: 0x5000},
+		&standbyServerError{host: "127.0.0.1:5432", timeline: 1, walEnd: 0x5000, err: refusal},
+	} {
+		if !IsRetryable(err) {
+			t.Errorf("not retryable: %v", err)
+		}
+		for _, want := range []string{"127.0.0.1:5432", "standby", "target_session_attrs=read-write", "--heartbeat-interval=0"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not name %q", err, want)
+			}
+		}
+	}
+	if !isPrerequisiteState(refusal) {
+		t.Error("55000 not recognised through the wrapping")
 	}
 }
