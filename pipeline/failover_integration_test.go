@@ -94,6 +94,10 @@ type failoverCase struct {
 	lostFlush time.Duration
 	// txnPhase is Config.TxnPhase (exactly once).
 	txnPhase func(phase string)
+	// slot and dsn replace walbox's slot "walbox" and the endpoint's DSN;
+	// decodeFromStandby is Config.DecodeFromStandby.
+	slot, dsn         string
+	decodeFromStandby bool
 }
 
 // startFailoverPair starts the pair and walbox.
@@ -193,9 +197,16 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 		dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=%s",
 			p.standby.Port(), p.primary.Port(), p.fc.multiHost)
 	}
+	if p.fc.dsn != "" {
+		dsn = p.fc.dsn
+	}
+	slotName := "walbox"
+	if p.fc.slot != "" {
+		slotName = p.fc.slot
+	}
 	cfg := pipeline.Config{
-		ConnString: dsn,
-		Slot:       "walbox", Publication: "walbox",
+		ConnString: dsn, DecodeFromStandby: p.fc.decodeFromStandby,
+		Slot:       slotName, Publication: "walbox",
 		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		TopicLimits: limits,

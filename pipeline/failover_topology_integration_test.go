@@ -494,3 +494,66 @@ func TestReplayWindowSurvivesALossyFailover(t *testing.T) {
 		return tr > firstNew
 	})
 }
+
+// TestRelayDecodesFromAStandbyOnlyWhenTold: with DecodeFromStandby
+// (walbox run's --heartbeat-interval=0) a relay streams a slot of a hot
+// standby (PostgreSQL 16+) and delivers what the primary commits; on the
+// standby's synchronized copy of a failover slot, which cannot be decoded,
+// START_REPLICATION's SQLSTATE 55000 is retried instead of stopping walbox.
+func TestRelayDecodesFromAStandbyOnlyWhenTold(t *testing.T) {
+	v := failoverVersions(t)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := startFailoverPair(t, ctx, v, failoverCase{})
+	created := make(chan error, 1)
+	go func() {
+		c, err := pgx.Connect(ctx, p.standby.DSN("postgres"))
+		if err == nil {
+			_, err = c.Exec(ctx, `SELECT pg_create_logical_replication_slot('walbox_sb', 'pgoutput')`)
+			c.Close(context.Background())
+		}
+		created <- err
+	}()
+	waitFor(t, 60*time.Second, "a logical slot on the standby", func() bool {
+		if _, err := p.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-created:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	standbyDSN := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", p.standby.Port())
+	onStandby := *p
+	onStandby.brokers = cluster.ListenAddrs()
+	onStandby.fc = failoverCase{slot: "walbox_sb", dsn: standbyDSN, decodeFromStandby: true}
+	onStandby.startRelay(t, 0)
+	waitFor(t, 60*time.Second, "the standby to synchronize the failover slot", func() bool {
+		if _, err := p.conn.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := walboxSlot(t, ctx, p.standby)
+		return ok
+	})
+	synced := *p
+	synced.fc = failoverCase{dsn: standbyDSN, decodeFromStandby: true}
+	synced.startRelay(t, 0)
+
+	d := newDelivery(t, ctx, onStandby.brokers)
+	d.kept = d.write(p.conn, 10, 4)
+	d.readAll("consume through the standby's slot")
+	d.check("decoded on the standby", false)
+	waitFor(t, 30*time.Second, "the relay on the synchronized slot to retry", func() bool {
+		return metricValue(t, synced.reg, "walbox_postgres_reconnects_total") >= 3
+	})
+}
