@@ -258,7 +258,8 @@ func testSiblingTimelines(t *testing.T, v pgtest.Version, eos bool) {
 // again, losing nothing.
 func TestRelayIsNotMisledByAHotStandby(t *testing.T) {
 	v := failoverVersions(t)[0]
-	for _, eos := range []bool{false, true} {
+	// Exactly once in the full run only (about 5.5 s each).
+	for _, eos := range fulltest.Pick([]bool{false}, []bool{false, true}) {
 		name := "at-least-once"
 		if eos {
 			name = "exactly-once"
@@ -318,6 +319,7 @@ func TestRelayIsNotMisledByAHotStandby(t *testing.T) {
 // Now it says the server is another cluster, reports nothing erased, and
 // streams the other cluster's slot from its own position.
 func TestRelayReportsAnotherClusterAsSuch(t *testing.T) {
+	fulltest.Require(t, "two clusters, about 8 s")
 	v := failoverVersions(t)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -501,6 +503,7 @@ func TestReplayWindowSurvivesALossyFailover(t *testing.T) {
 // standby's synchronized copy of a failover slot, which cannot be decoded,
 // START_REPLICATION's SQLSTATE 55000 is retried instead of stopping walbox.
 func TestRelayDecodesFromAStandbyOnlyWhenTold(t *testing.T) {
+	fulltest.Require(t, "a primary, a standby and two relays on it, about 7 s")
 	v := failoverVersions(t)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
