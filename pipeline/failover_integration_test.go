@@ -206,7 +206,7 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 	}
 	cfg := pipeline.Config{
 		ConnString: dsn, DecodeFromStandby: p.fc.decodeFromStandby,
-		Slot:       slotName, Publication: "walbox",
+		Slot: slotName, Publication: "walbox",
 		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		TopicLimits: limits,
