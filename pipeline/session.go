@@ -71,6 +71,10 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		// about what the primary holds. Nothing is adopted from it.
 		return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline}
 	}
+	if srv.InRecovery {
+		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
+			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
+	}
 	if r.eos != nil {
 		r.eos.server = srv
 	}
