@@ -158,8 +158,12 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 		if !exact {
 			qualifier = "at least "
 		}
-		r.log.Error(fmt.Sprintf("the database no longer has transactions walbox had already sent to Kafka: %s%d events of transactions committed between %s and %s on timeline %d; consumers may need to compensate for them. Streaming the new history from %s",
-			qualifier, events, h.cutoff, streamedTo, last.Timeline, h.start),
+		streamed := fmt.Sprintf("timeline %d", last.Timeline)
+		if last.Ancestry != "" {
+			streamed += fmt.Sprintf(" (switch points %s)", last.Ancestry)
+		}
+		r.log.Error(fmt.Sprintf("the database no longer has transactions walbox had already sent to Kafka: %s%d events of transactions committed between %s and %s on the history walbox streamed, %s; consumers may need to compensate for them. Streaming the new history from %s",
+			qualifier, events, h.cutoff, streamedTo, streamed, h.start),
 			append(attrs, "erased_from_lsn", h.cutoff.String(), "erased_to_lsn", streamedTo.String(),
 				"erased_events", events, "erased_events_exact", exact)...)
 	case streamedTo > h.cutoff:
