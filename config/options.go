@@ -543,6 +543,9 @@ var options = []*option{
 		check: func(c *Config) error { return checkNonNegative(c.HeartbeatInterval) },
 		pipeline: func(c *Config, p *pipeline.Config) {
 			p.Heartbeats = c.HeartbeatInterval > 0
+			// Where no heartbeat can be written, on a standby, 0 is
+			// how an operator says walbox decodes from one on purpose.
+			p.DecodeFromStandby = c.HeartbeatInterval == 0
 		},
 	},
 }

@@ -56,14 +56,24 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if r.eos != nil || r.historyChanged(start, srv) {
-		srv.Switches, err = timelineSwitches(ctx, conn, srv.Timeline)
-		if err != nil && r.eos != nil {
-			return false, err
-		}
-		// At least once, a history that cannot be read shares nothing
-		// known: the slot's own position decides (failover.go).
-		srv.SwitchesErr = err
+	// The timeline's history is read on every connect: two servers on the
+	// same timeline number can hold different histories (failover.go).
+	if err := readAncestry(ctx, conn, &srv); err != nil && r.eos != nil {
+		return false, err
+	}
+	// At least once, a history that cannot be read shares nothing known
+	// beyond what the timeline numbers say (failover.go).
+	if srv.InRecovery, err = serverInRecovery(ctx, conn); err != nil {
+		return false, err
+	}
+	if srv.InRecovery && !r.cfg.DecodeFromStandby {
+		// A standby is not a failover: its shorter WAL says nothing
+		// about what the primary holds. Nothing is adopted from it.
+		return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline}
+	}
+	if srv.InRecovery {
+		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
+			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
 	}
 	if r.eos != nil {
 		r.eos.server = srv
@@ -80,7 +90,14 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.spool.reset()
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
-		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
+		err = fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
+		if srv.InRecovery && isPrerequisiteState(err) {
+			// 55000 on a standby (logical decoding before 16, a slot
+			// being synchronized from the primary on 17+): the server
+			// may be promoted, or the DSN reach the primary next time.
+			return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline, err: err}
+		}
+		return false, err
 	}
 	r.leaveStandby()
 	if r.eos != nil {
@@ -443,11 +460,11 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 	return nil
 }
 
-// remember records the key of a record about to be produced: for the
-// reconnect dedup window, and for what a failover may erase (failover.go).
+// remember records the key of a record about to be produced, for the
+// reconnect dedup window. What a failover may erase is counted once Kafka
+// acknowledged it (settle, failover.go).
 func (l *loop) remember(key replayKey) {
 	l.dedup.remember(key)
-	l.sent.add(key.commit)
 }
 
 // handleMessage routes a transactional outbox message (see message.go);
@@ -642,6 +659,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
+	l.sent.acked(m.key, l.eos != nil)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
 		l.metrics.eventsDeadLettered.Inc()
