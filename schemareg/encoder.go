@@ -1,0 +1,333 @@
+package schemareg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// Format is a record format governed by the registry.
+type Format string
+
+// The formats.
+const (
+	FormatAvro       Format = "avro"
+	FormatProtobuf   Format = "protobuf"
+	FormatJSONSchema Format = "json-schema"
+)
+
+// Formats lists the formats, for option help and validation.
+var Formats = []string{string(FormatAvro), string(FormatProtobuf), string(FormatJSONSchema)}
+
+func (f Format) srType() sr.SchemaType {
+	switch f {
+	case FormatProtobuf:
+		return sr.TypeProtobuf
+	case FormatJSONSchema:
+		return sr.TypeJSON
+	}
+	return sr.TypeAvro
+}
+
+// SubjectStrategy names the subject a record's schema is registered under,
+// as Confluent's serializers' subject.name.strategy does.
+type SubjectStrategy string
+
+// The strategies.
+const (
+	// TopicName is "<topic>-value" ("<topic>-key" for keys): Confluent's
+	// TopicNameStrategy, the default.
+	TopicName SubjectStrategy = "topic"
+	// RecordName is the record's fully-qualified name, Config.RecordName:
+	// RecordNameStrategy.
+	RecordName SubjectStrategy = "record"
+	// TopicRecordName is "<topic>-<record name>": TopicRecordNameStrategy.
+	TopicRecordName SubjectStrategy = "topic-record"
+)
+
+// Strategies lists the strategies, for option help and validation.
+var Strategies = []string{string(TopicName), string(RecordName), string(TopicRecordName)}
+
+// StrategyForClass maps the class names Confluent's serializers take in
+// value.subject.name.strategy to a SubjectStrategy.
+func StrategyForClass(class string) (SubjectStrategy, bool) {
+	switch class {
+	case "io.confluent.kafka.serializers.subject.TopicNameStrategy":
+		return TopicName, true
+	case "io.confluent.kafka.serializers.subject.RecordNameStrategy":
+		return RecordName, true
+	case "io.confluent.kafka.serializers.subject.TopicRecordNameStrategy":
+		return TopicRecordName, true
+	}
+	return "", false
+}
+
+// Config says how records are encoded.
+type Config struct {
+	// Format is the record format; required.
+	Format Format
+	// Strategy names the subject (TopicName when empty).
+	Strategy SubjectStrategy
+	// RecordName is the record's fully-qualified name (an Avro record's
+	// namespace.name, a Protobuf message's package.Message, a JSON
+	// Schema's title) for RecordName and TopicRecordName.
+	RecordName string
+	// Key makes TopicName name "<topic>-key" subjects, for record keys.
+	Key bool
+	// Version pins the subject's version; 0 uses the latest, read once per
+	// subject and kept (a version registered later is used after a
+	// restart).
+	Version int
+	// ID pins the schema id instead: the schema is read by id, whatever
+	// the subject holds. Not with Version.
+	ID int
+	// ProtobufMessage is the fully-qualified name of the Protobuf message
+	// to encode ("" is the first message of the file, as Confluent's
+	// serializers take it).
+	ProtobufMessage string
+	// CacheSize bounds how many subjects' schemas are kept compiled
+	// (DefaultCacheSize); the least recently used is dropped and read
+	// again when met.
+	CacheSize int
+}
+
+// Validate checks cfg; each problem wraps ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if !slices.Contains(Formats, string(c.Format)) {
+		bad("format %q: give one of %s", c.Format, strings.Join(Formats, ", "))
+	}
+	if c.Strategy != "" && !slices.Contains(Strategies, string(c.Strategy)) {
+		bad("subject name strategy %q: give one of %s", c.Strategy, strings.Join(Strategies, ", "))
+	}
+	if (c.Strategy == RecordName || c.Strategy == TopicRecordName) && c.RecordName == "" {
+		bad("subject name strategy %q needs the record's fully-qualified name", c.Strategy)
+	}
+	if c.Version < 0 || c.ID < 0 {
+		bad("a negative schema version or id; give a positive one, or 0 for the latest version")
+	}
+	if c.Version > 0 && c.ID > 0 {
+		bad("both a schema version (%d) and a schema id (%d); pin one of them", c.Version, c.ID)
+	}
+	if c.ProtobufMessage != "" && c.Format != FormatProtobuf {
+		bad("a Protobuf message name with format %q", c.Format)
+	}
+	if c.CacheSize < 0 {
+		bad("negative cache size")
+	}
+	return errors.Join(errs...)
+}
+
+// Subject returns the subject for a record on topic.
+func (c Config) Subject(topic string) string {
+	suffix := "-value"
+	if c.Key {
+		suffix = "-key"
+	}
+	switch c.Strategy {
+	case RecordName:
+		return c.RecordName
+	case TopicRecordName:
+		return topic + "-" + c.RecordName
+	}
+	return topic + suffix
+}
+
+// codec encodes a JSON document into a record body: encode appends the body
+// to dst, or returns the field path and the problem.
+type codec interface {
+	encode(dst, doc []byte) (out []byte, path, problem string)
+}
+
+// reference is a schema another one imports: its name in the importing
+// schema and its text.
+type reference struct{ name, text string }
+
+// resolved is a subject's schema, compiled, with its wire-format header.
+type resolved struct {
+	subject  string
+	version  int
+	id       int
+	codec    codec
+	header   []byte // magic, id, and for Protobuf the message index
+	problemf func(path, problem string) *PayloadError
+}
+
+// Encoder encodes payloads for the registry. Safe for concurrent use.
+type Encoder struct {
+	cfg   Config
+	cl    *Client
+	cache *lru.Cache[string, *resolved]
+
+	requests *prometheus.CounterVec
+	misses   prometheus.Counter
+}
+
+// NewEncoder validates cfg and returns an Encoder using cl. Its metrics
+// are registered on reg (none when reg is nil):
+//
+//	walbox_schema_registry_requests_total{result="ok|transient|refused"}
+//	walbox_schema_cache_misses_total
+func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = TopicName
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
+	cache, err := lru.New[string, *resolved](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cache: %w", ErrInvalidConfig, err)
+	}
+	f := promauto.With(reg)
+	e := &Encoder{
+		cfg:   cfg,
+		cl:    cl,
+		cache: cache,
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "walbox_schema_registry_requests_total",
+			Help: "Schema registry requests, by result: ok, transient (unreachable, timeout, 5xx, 429; retried) or refused (permanent).",
+		}, []string{"result"}),
+		misses: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_schema_cache_misses_total",
+			Help: "Records whose subject's schema was not in the cache and was read from the registry.",
+		}),
+	}
+	for _, r := range []string{"ok", "transient", "refused"} {
+		e.requests.WithLabelValues(r)
+	}
+	return e, nil
+}
+
+// Encode appends the wire-format record of the JSON payload doc for topic
+// to dst: the header, then the body. A payload that does not fit is a
+// *PayloadError (ErrInvalidPayload); a registry fault met on a cache miss is
+// a *RegistryError (ErrRegistryUnavailable or ErrRegistryRefused).
+func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []byte) ([]byte, error) {
+	subject := e.cfg.Subject(topic)
+	r, ok := e.cache.Get(subject)
+	if !ok {
+		e.misses.Inc()
+		var err error
+		if r, err = e.resolve(ctx, subject); err != nil {
+			return dst, err
+		}
+		e.cache.Add(subject, r)
+	}
+	n := len(dst)
+	out, path, problem := r.codec.encode(append(dst, r.header...), doc)
+	if problem != "" {
+		return dst[:n], r.problemf(path, problem)
+	}
+	return out, nil
+}
+
+// fetch counts a registry request's result.
+func (e *Encoder) count(err error) {
+	switch {
+	case err == nil:
+		e.requests.WithLabelValues("ok").Inc()
+	case errors.Is(err, ErrRegistryUnavailable):
+		e.requests.WithLabelValues("transient").Inc()
+	default:
+		e.requests.WithLabelValues("refused").Inc()
+	}
+}
+
+// maxReferenceDepth bounds how deep schema references are followed.
+const maxReferenceDepth = 16
+
+// resolve reads subject's schema and its references and compiles it.
+func (e *Encoder) resolve(ctx context.Context, subject string) (*resolved, error) {
+	var (
+		ss  sr.SubjectSchema
+		err error
+	)
+	switch {
+	case e.cfg.ID > 0:
+		ss, err = e.cl.SchemaByID(ctx, subject, e.cfg.ID)
+	case e.cfg.Version > 0:
+		ss, err = e.cl.SchemaByVersion(ctx, subject, e.cfg.Version)
+	default:
+		ss, err = e.cl.SchemaByVersion(ctx, subject, -1)
+	}
+	e.count(err)
+	if err != nil {
+		return nil, err
+	}
+	refuse := func(fix string, cause error) error {
+		return &RegistryError{Op: "use the schema", Subject: subject, Version: ss.Version, ID: ss.ID, Fix: fix, Err: cause}
+	}
+	if ss.Type != e.cfg.Format.srType() {
+		return nil, refuse("the registry holds a "+ss.Type.String()+" schema but the format is "+string(e.cfg.Format)+
+			"; set the format to match, or register a "+e.cfg.Format.srType().String()+" schema", nil)
+	}
+	var refs []reference
+	seen := map[string]bool{}
+	if err := e.references(ctx, ss.References, &refs, seen, 0); err != nil {
+		return nil, err
+	}
+	r := &resolved{subject: subject, version: ss.Version, id: ss.ID}
+	r.problemf = func(path, problem string) *PayloadError {
+		return &PayloadError{Subject: r.subject, Version: r.version, ID: r.id, Path: path, Problem: problem}
+	}
+	var index []int
+	switch e.cfg.Format {
+	case FormatAvro:
+		r.codec, err = newAvroCodec(ss.Schema.Schema, refs)
+	case FormatJSONSchema:
+		r.codec, err = newJSONSchemaCodec(ss.Schema.Schema, refs)
+	case FormatProtobuf:
+		var pc *protoCodec
+		pc, err = newProtoCodec(ss.Schema.Schema, refs, e.cfg.ProtobufMessage)
+		if pc != nil {
+			r.codec, index = pc, pc.index
+		}
+	}
+	if err != nil {
+		return nil, refuse("the schema does not compile; fix it in the registry", err)
+	}
+	if ss.ID <= 0 || int64(ss.ID) > 1<<31-1 {
+		return nil, refuse("the registry answered the schema id "+strconv.Itoa(ss.ID)+", which the wire format cannot carry", nil)
+	}
+	r.header = AppendHeader(nil, uint32(ss.ID), index)
+	return r, nil
+}
+
+// references reads the schemas refs name, depth first, each once.
+func (e *Encoder) references(ctx context.Context, refs []sr.SchemaReference, out *[]reference, seen map[string]bool, depth int) error {
+	if depth > maxReferenceDepth {
+		return &RegistryError{Op: "follow schema references", Subject: refs[0].Subject, Version: refs[0].Version,
+			Fix: "references nest deeper than " + strconv.Itoa(maxReferenceDepth) + " (a cycle?)"}
+	}
+	for _, ref := range refs {
+		if seen[ref.Name] {
+			continue
+		}
+		seen[ref.Name] = true
+		ss, err := e.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
+		e.count(err)
+		if err != nil {
+			return err
+		}
+		if err := e.references(ctx, ss.References, out, seen, depth+1); err != nil {
+			return err
+		}
+		*out = append(*out, reference{name: ref.Name, text: ss.Schema.Schema})
+	}
+	return nil
+}
