@@ -280,7 +280,7 @@ func (c *Client) classify(err error, op, subject string, version, id int) *Regis
 	case resp.StatusCode == http.StatusUnauthorized:
 		re.Fix = "the registry refused walbox's credentials; check the basic-auth user and password or the bearer token"
 	case resp.StatusCode == http.StatusForbidden:
-		re.Fix = "the registry's credentials lack read access to the subject; grant it"
+		re.Fix = "the registry refused access: check walbox's credentials, and that they may read the subject"
 	case resp.ErrorCode == sr.ErrSubjectNotFound.Code || resp.ErrorCode == sr.ErrSubjectSoftDeleted.Code:
 		re.Fix = "register the schema under subject " + quote(subject) + ", or check the subject name strategy"
 	case resp.ErrorCode == sr.ErrVersionNotFound.Code || resp.ErrorCode == sr.ErrSchemaVersionSoftDeleted.Code:

@@ -113,7 +113,7 @@ func schemaName(subject string, version, id int) string {
 	case version > 0:
 		parts = append(parts, "version "+strconv.Itoa(version))
 	case version < 0:
-		parts = append(parts, "latest version")
+		parts = append(parts, "at its latest version")
 	}
 	if id > 0 {
 		if len(parts) == 0 {

@@ -84,3 +84,18 @@ func wantPayloadError(t *testing.T, err error, path string, want ...string) {
 		}
 	}
 }
+
+// wantRegistryError checks err is a *RegistryError of class whose text
+// contains every one of want.
+func wantRegistryError(t *testing.T, err error, class error, want ...string) {
+	t.Helper()
+	var re *RegistryError
+	if !errors.As(err, &re) || !errors.Is(err, class) {
+		t.Fatalf("error %v (%T), want a *RegistryError wrapping %v", err, err, class)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+}
