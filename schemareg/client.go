@@ -259,7 +259,24 @@ func (c *Client) retry(ctx context.Context, do func(context.Context) error, clas
 // classify tells transient from permanent faults, in one place.
 func (c *Client) classify(err error, op, subject string, version, id int) *RegistryError {
 	re := &RegistryError{Op: op, Subject: subject, Version: version, ID: id, Err: err}
-	var resp *sr.ResponseError
+	var (
+		resp   *sr.ResponseError
+		verify *tls.CertificateVerificationError
+		netOp  *net.OpError
+	)
+	switch {
+	case errors.As(err, &verify):
+		// The registry's certificate does not verify: asking again
+		// changes nothing.
+		re.Fix = "the registry's certificate does not verify; give the CA that signed it as the registry CA file, or check the URL's host name"
+		return re
+	case errors.As(err, &netOp) && netOp.Op == "remote error":
+		// crypto/tls reports a TLS alert from the peer so: the registry
+		// ended the handshake, typically for a missing or untrusted
+		// client certificate.
+		re.Fix = "the registry refused the TLS handshake; give a client certificate and key it trusts (mutual TLS)"
+		return re
+	}
 	if !errors.As(err, &resp) {
 		// No answer: a refused connection, a timeout, a reset. The
 		// registry may come back; retry.
