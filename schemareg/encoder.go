@@ -236,7 +236,14 @@ func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []by
 	return out, nil
 }
 
-// fetch counts a registry request's result.
+// EncodeValue is Encode for the router (router.ValueEncoder). The router
+// has no context to give: a cache miss waits for the registry at most the
+// client's retry budget (ClientConfig.RetryBudget) plus a request timeout.
+func (e *Encoder) EncodeValue(dst []byte, topic string, payload []byte) ([]byte, error) {
+	return e.Encode(context.Background(), dst, topic, payload)
+}
+
+// count counts a registry request's result.
 func (e *Encoder) count(err error) {
 	switch {
 	case err == nil:

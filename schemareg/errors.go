@@ -51,6 +51,10 @@ func (e *PayloadError) Error() string {
 // Unwrap returns ErrInvalidPayload.
 func (e *PayloadError) Unwrap() error { return ErrInvalidPayload }
 
+// InvalidPayload reports true: the router applies its invalid-row policy
+// to such an error (router.InvalidPayload).
+func (e *PayloadError) InvalidPayload() bool { return true }
+
 // RegistryError is a registry request that failed. It unwraps to
 // ErrRegistryUnavailable or ErrRegistryRefused, and to the underlying error
 // (an *sr.ResponseError, a net error).
