@@ -60,21 +60,25 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	warnTransport(cfg, dbz, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := version.Register(reg, build); err != nil {
+		return err
+	}
+
 	var (
 		rt  pipeline.Router
 		wrt *router.Router
 	)
 	if dbz == nil {
-		if wrt, err = router.New(cfg.RouterConfig()); err != nil {
+		rc, err := withValueEncoder(cfg, cfg.RouterConfig(), reg)
+		if err != nil {
+			return err
+		}
+		if wrt, err = router.New(rc); err != nil {
 			return err
 		}
 		rt = wrt
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := version.Register(reg, build); err != nil {
-		return err
 	}
 
 	kc, err := kafkaConfig(cfg, log)
