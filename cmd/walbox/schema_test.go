@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/schemareg"
+)
+
+const orderAvro = `{"type": "record", "name": "Order", "namespace": "shop", "fields": [
+  {"name": "n", "type": "int"},
+  {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}}]}`
+
+// TestRunAvro: walbox run --value-format avro sends each row's payload in
+// Confluent's wire format with the id of the schema registered under
+// <topic>-value, and it decodes to the payload; a row whose payload breaks
+// the schema is dead-lettered with the field path, or under the fail policy
+// stops walbox naming the row, its LSN and the field path.
+func TestRunAvro(t *testing.T) {
+	e := newTableEnv(t)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	id, _, err := reg.RegisterSchema("outbox.event.order-value", sr.Schema{Schema: orderAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := avro.MustParse(orderAvro)
+	insert := func(n int, payload string) {
+		t.Helper()
+		e.exec(t, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', 'o-1', 'placed', $2::jsonb)`,
+			tid(n), payload)
+	}
+
+	cfg := e.cfg
+	cfg.KafkaBrokers = e.brokers
+	cfg.ValueFormat = "avro"
+	cfg.SchemaRegistry.URLs = []string{reg.URL()}
+	cfg.InvalidRows, cfg.DeadLetterTopic = "dead-letter", "outbox.dlq"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, cfg)
+	waitFor(t, "walbox to be ready", func() bool { c, _ := in.get("/readyz"); return c == 200 })
+	insert(1, `{"n": 1, "status": "NEW"}`)
+	insert(2, `{"n": "2", "status": "NEW"}`)
+	insert(3, `{"n": 3, "status": "PAID"}`)
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("walbox logs:\n%s", in.logs.Tail(4000))
+		}
+	})
+	recs := consumeNew(t, e.brokers, `^outbox\.event\.order$`, 2)
+	want := []map[string]any{{"n": 1, "status": "NEW"}, {"n": 3, "status": "PAID"}}
+	if len(recs) != len(want) {
+		t.Fatalf("%d records, want %d", len(recs), len(want))
+	}
+	for i, r := range recs {
+		gotID, body, err := schemareg.ParseHeader(r.Value)
+		if err != nil || int(gotID) != id {
+			t.Fatalf("record %d: header id %d, %v; want %d", i, gotID, err, id)
+		}
+		var got map[string]any
+		if err := avro.Unmarshal(schema, body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got["n"] != want[i]["n"] || got["status"] != want[i]["status"] {
+			t.Errorf("record %d decodes to %v, want %v", i, got, want[i])
+		}
+		if string(r.Key) != "o-1" || header(r, router.HeaderEventID) != tid(1+2*i) {
+			t.Errorf("record %d: key %q, event id %q", i, r.Key, header(r, router.HeaderEventID))
+		}
+	}
+	dlq := consumeNew(t, e.brokers, `^outbox\.dlq$`, 1)
+	if len(dlq) != 1 || header(dlq[0], router.HeaderEventID) != tid(2) {
+		t.Fatalf("dead letters %v, want row 2", dlq)
+	}
+	reason := header(dlq[0], router.HeaderError)
+	for _, w := range []string{"$.n", "expected an integer (int)", `the string "2"`, `subject "outbox.event.order-value"`} {
+		if !strings.Contains(reason, w) {
+			t.Errorf("dead-letter reason %q lacks %q", reason, w)
+		}
+	}
+	if string(dlq[0].Value) != `{"n": "2", "status": "NEW"}` {
+		t.Errorf("dead-lettered value %q, want the payload as it is", dlq[0].Value)
+	}
+	_, metrics := in.get("/metrics")
+	if l := metricLine(metrics, "walbox_schema_cache_misses_total"); l != "walbox_schema_cache_misses_total 1" {
+		t.Errorf("metric line %q, want one cache miss for three rows", l)
+	}
+	in.stop(t)
+
+	// Under the fail policy the bad row stops walbox, naming it.
+	cfg.InvalidRows, cfg.DeadLetterTopic = "fail", ""
+	insert(4, `{"n": 4, "status": "SHIPPED"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = runRelay(ctx, cfg, e.logs)
+	var ire *router.InvalidRowError
+	if !errors.As(err, &ire) {
+		t.Fatalf("walbox run: %v, want an invalid row\n%s", err, e.logs.Tail(2000))
+	}
+	for _, w := range []string{`id "` + tid(4) + `"`, "at LSN ", "$.status", `unknown symbol "SHIPPED"`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+}
+
+// consumeNew reads n records of the topics matching re, which may not exist
+// yet: the consumer refreshes its metadata often to find them.
+func consumeNew(t *testing.T, brokers []string, re string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeRegex(), kgo.ConsumeTopics(re),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMaxAge(250*time.Millisecond), kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for len(got) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records of %s", len(got), n, re)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, r) })
+	}
+	return got
+}
