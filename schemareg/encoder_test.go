@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -360,5 +363,39 @@ func TestAuth(t *testing.T) {
 	}
 	if _, err := NewClient(ClientConfig{URLs: []string{"http://r"}, BasicAuthUser: "u", BasicAuthPasswordFile: filepath.Join(dir, "none")}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("a missing password file: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestErrorsClassifyAsNetwork: a transient fault is a net.Error (a caller
+// reconnecting on network errors retries it), a refusal never is, even when
+// its cause is a *url.Error (a certificate that does not verify).
+func TestErrorsClassifyAsNetwork(t *testing.T) {
+	urlErr := &url.Error{Op: "Get", URL: "https://r", Err: errors.New("x509: certificate signed by unknown authority")}
+	var netErr net.Error
+	tests := []struct {
+		name    string
+		err     error
+		wantNet bool
+		wantIs  error
+	}{
+		{name: "503", err: &RegistryError{Transient: true, Status: 503, Err: &sr.ResponseError{StatusCode: 503}}, wantNet: true, wantIs: ErrRegistryUnavailable},
+		{name: "refused connection", err: &RegistryError{Transient: true, Err: urlErr}, wantNet: true, wantIs: ErrRegistryUnavailable},
+		{name: "bad certificate", err: &RegistryError{Err: urlErr}, wantIs: ErrRegistryRefused},
+		{name: "401", err: &RegistryError{Status: 401, Err: &sr.ResponseError{StatusCode: 401}}, wantIs: ErrRegistryRefused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wrapped := fmt.Errorf("router: row: %w", tt.err)
+			if got := errors.As(wrapped, &netErr); got != tt.wantNet {
+				t.Errorf("errors.As(net.Error) = %v, want %v", got, tt.wantNet)
+			}
+			if !errors.Is(wrapped, tt.wantIs) {
+				t.Errorf("not %v", tt.wantIs)
+			}
+		})
+	}
+	var resp *sr.ResponseError
+	if !errors.As(tests[3].err, &resp) || resp.StatusCode != 401 {
+		t.Error("a refusal does not unwrap to its *sr.ResponseError")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // Sentinel errors; test for them with errors.Is.
@@ -98,14 +100,33 @@ func (e *RegistryError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the class sentinel and the cause.
+// Unwrap returns the class sentinel and the cause, so that a caller that
+// classifies errors by the network errors they wrap (pipeline.IsRetryable:
+// a net.Error means reconnect and try again) classifies registry faults
+// alike:
+//   - a transient fault unwraps to ErrRegistryUnavailable, its cause, and a
+//     net.Error reporting Temporary, even when the cause is an HTTP 503;
+//   - a refusal unwraps to ErrRegistryRefused and, when the registry
+//     answered, its *sr.ResponseError, but never to a net.Error: a
+//     certificate that does not verify arrives wrapped in a *url.Error,
+//     which is a net.Error, and retrying it would never end.
 func (e *RegistryError) Unwrap() []error {
-	class := ErrRegistryRefused
 	if e.Transient {
-		class = ErrRegistryUnavailable
+		return []error{ErrRegistryUnavailable, e.Err, transientFault{}}
 	}
-	return []error{class, e.Err}
+	var resp *sr.ResponseError
+	if errors.As(e.Err, &resp) {
+		return []error{ErrRegistryRefused, resp}
+	}
+	return []error{ErrRegistryRefused}
 }
+
+// transientFault marks a transient registry fault as a net.Error.
+type transientFault struct{}
+
+func (transientFault) Error() string   { return "transient schema registry fault" }
+func (transientFault) Timeout() bool   { return false }
+func (transientFault) Temporary() bool { return true }
 
 // schemaName is `subject "orders-value" version 3 (id 7)`, with the parts known.
 func schemaName(subject string, version, id int) string {

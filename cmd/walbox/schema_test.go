@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,6 +138,101 @@ func consumeNew(t *testing.T, brokers []string, re string, n int) []*kgo.Record 
 			t.Fatalf("read %d of %d records of %s", len(got), n, re)
 		}
 		fs.EachRecord(func(r *kgo.Record) { got = append(got, r) })
+	}
+	return got
+}
+
+// TestRunAvroRegistryFaults: while the registry answers 503 walbox retries
+// (the row is not confirmed, the session restarts from the confirmed
+// position) and the row arrives once the registry recovers, exactly once; a
+// registry that refuses walbox's credentials (401) stops it, naming the
+// subject and the fix.
+func TestRunAvroRegistryFaults(t *testing.T) {
+	e := newTableEnv(t)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	for _, s := range []string{"outbox.event.order-value", "outbox.event.invoice-value"} {
+		if _, _, err := reg.RegisterSchema(s, sr.Schema{Schema: orderAvro}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var status atomic.Int32 // the status injected; 0 answers normally
+	var faults atomic.Int64
+	reg.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		s := status.Load()
+		if s == 0 {
+			return false
+		}
+		faults.Add(1)
+		w.WriteHeader(int(s))
+		w.Write([]byte(`{"error_code": ` + strconv.Itoa(int(s)) + `, "message": "injected"}`))
+		return true
+	})
+	cfg := e.cfg
+	cfg.KafkaBrokers = e.brokers
+	cfg.ValueFormat = "avro"
+	cfg.SchemaRegistry.URLs = []string{reg.URL()}
+	cfg.SchemaRegistry.RetryBudget = 300 * time.Millisecond
+	in := startInstance(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("walbox logs:\n%s", in.logs.Tail(4000))
+		}
+	})
+	waitFor(t, "walbox to be ready", func() bool { c, _ := in.get("/readyz"); return c == 200 })
+
+	status.Store(503)
+	e.exec(t, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', 'o-1', 'placed', '{"n": 1, "status": "NEW"}')`, tid(1))
+	// Several retry budgets spent: the session restarted at least once.
+	waitFor(t, "retries against the failing registry", func() bool {
+		_, m := in.get("/metrics")
+		n, _ := strconv.Atoi(strings.TrimPrefix(metricLine(m, `walbox_schema_registry_requests_total{result="transient"}`), `walbox_schema_registry_requests_total{result="transient"} `))
+		return n >= 2
+	})
+	status.Store(0)
+	recs := consumeNew(t, e.brokers, `^outbox\.event\.order$`, 1)
+	if header(recs[0], router.HeaderEventID) != tid(1) {
+		t.Fatalf("record %v, want row 1", recs[0])
+	}
+	if extra := consumeFor(t, e.brokers, `^outbox\.event\.order$`, time.Second); len(extra) != 1 {
+		t.Errorf("%d records of row 1, want exactly one", len(extra))
+	}
+
+	status.Store(401)
+	e.exec(t, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'invoice', 'i-1', 'placed', '{"n": 2, "status": "NEW"}')`, tid(2))
+	select {
+	case err := <-in.done:
+		in.once.Do(func() {}) // stopped by itself; nothing for the cleanup to stop
+		if !errors.Is(err, schemareg.ErrRegistryRefused) {
+			t.Fatalf("walbox stopped with %v, want a refusal", err)
+		}
+		for _, w := range []string{`subject "outbox.event.invoice-value"`, "HTTP 401", "credentials", tid(2)} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q lacks %q", err, w)
+			}
+		}
+		if n := faults.Load(); n > 100 {
+			t.Errorf("%d injected faults: the refusal was retried", n)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("walbox did not stop on a 401")
+	}
+}
+
+// consumeFor reads the topics matching re for d.
+func consumeFor(t *testing.T, brokers []string, re string, d time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeRegex(), kgo.ConsumeTopics(re),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = append(got, r) })
 	}
 	return got
 }
