@@ -399,3 +399,11 @@ func TestErrorsClassifyAsNetwork(t *testing.T) {
 		t.Error("a refusal does not unwrap to its *sr.ResponseError")
 	}
 }
+
+func TestSchemaDoesNotCompile(t *testing.T) {
+	f := newFake(t)
+	f.register(t, "orders-value", sr.TypeAvro, `{"type": "record", "name": "E", "fields": [{"name": "id", "type": "nosuchtype"}]}`)
+	e, _ := newTestEncoder(t, f, Config{Format: FormatAvro})
+	_, err := e.Encode(context.Background(), nil, "orders", []byte(`{"id": 1}`))
+	wantRegistryError(t, err, ErrRegistryRefused, "the schema does not compile; fix it in the registry", `subject "orders-value" version 1`)
+}

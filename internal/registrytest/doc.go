@@ -4,11 +4,12 @@
 // e2e/registry (pom.xml), speaking the Confluent REST API at
 // /apis/ccompat/v7.
 //
-// The first Start builds the application with mvn (about a minute with an
-// empty ~/.m2, which fills by ~270 MB) into the cache directory
-// ($WALBOX_REGISTRY_CACHE, else the user cache directory's walbox/), keyed
-// by the project's content; later starts reuse it. A registry starts in
-// ~2-8 s (2 cores, loaded) and holds ~190 MB RSS with
+// The first Start builds the application with mvn (68 s measured with an
+// empty ~/.m2, which fills by ~270 MB; 72 s with a warm one: the Quarkus
+// build dominates) into the cache directory ($WALBOX_REGISTRY_CACHE, else
+// the user cache directory's walbox/), keyed by the project's content;
+// later starts reuse it. A registry is then ready in 5.7 to 7.5 s (2 cores,
+// loaded) with 146 to 188 MB RSS under
 // -Xmx192m -XX:+UseSerialGC -XX:TieredStopAtLevel=1.
 //
 // Apicurio differs from Confluent's registry in ways tests meet: its
