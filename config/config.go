@@ -191,6 +191,10 @@ type Config struct {
 	// payload as it is) or a schema registry format, "avro", "protobuf" or
 	// "json-schema" (package schemareg), which needs SchemaRegistry.URLs.
 	ValueFormat string
+	// KeyFormat is the record key's format: "text" (default: the
+	// aggregate id as it is) or "avro" or "json-schema", which encode the
+	// text as a string under the subject "<topic>-key".
+	KeyFormat string
 	// SchemaRegistry says how to reach the schema registry; Redacted masks
 	// its password and bearer token.
 	SchemaRegistry schemareg.ClientConfig
@@ -243,6 +247,7 @@ func Defaults() Config {
 		Columns:     router.DefaultColumns(),
 		InvalidRows: InvalidRowsFail,
 		ValueFormat: ValueFormatJSON,
+		KeyFormat:   KeyFormatText,
 		ValueSchema: ValueSchema{Strategy: string(schemareg.TopicName), CacheSize: schemareg.DefaultCacheSize},
 		SchemaRegistry: schemareg.ClientConfig{
 			RequestTimeout: schemareg.DefaultRequestTimeout,

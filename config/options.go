@@ -421,6 +421,13 @@ var options = []*option{
 		check: checkValueFormat,
 	},
 	{
+		flag: "key-format", env: "WALBOX_KEY_FORMAT", yaml: "key_format", group: groupSchemaRegistry,
+		help: "Record key format: text sends the aggregate id as it is; avro or json-schema encode it as a string with the schema registered under <topic>-key, " +
+			"in Confluent's wire format (other key bytes: Kafka's default partitioner then places aggregates on other partitions)",
+		value: enumValue("FORMAT", func(c *Config) *string { return &c.KeyFormat }, keyFormats...),
+		check: checkKeyFormat,
+	},
+	{
 		flag: "schema-registry-url", env: "WALBOX_SCHEMA_REGISTRY_URL", yaml: "schema_registry_url", group: groupSchemaRegistry,
 		help: "Schema registry base URLs speaking the Confluent REST API, comma-separated (in YAML also a list), tried in turn when one cannot be reached; " +
 			"Apicurio's is under /apis/ccompat/v7",

@@ -37,10 +37,29 @@ type ValueSchema struct {
 	CacheSize int
 }
 
-// UsesSchemaRegistry reports whether values are encoded through the
-// registry.
+// KeyFormatText is the default key format: the aggregate id's text.
+const KeyFormatText = "text"
+
+// keyFormats are the accepted values of --key-format (protobuf is not one:
+// a protobuf schema is a message, and the key is text).
+var keyFormats = []string{KeyFormatText, string(schemareg.FormatAvro), string(schemareg.FormatJSONSchema)}
+
+// UsesSchemaRegistry reports whether values or keys are encoded through
+// the registry.
 func (c Config) UsesSchemaRegistry() bool {
-	return c.ValueFormat != "" && c.ValueFormat != ValueFormatJSON
+	return c.encodesValues() || c.EncodesKeys()
+}
+
+func (c Config) encodesValues() bool { return c.ValueFormat != "" && c.ValueFormat != ValueFormatJSON }
+
+// EncodesKeys reports whether keys are encoded through the registry.
+func (c Config) EncodesKeys() bool { return c.KeyFormat != "" && c.KeyFormat != KeyFormatText }
+
+// KeyEncoderConfig returns the key encoder's settings (subject
+// "<topic>-key", the latest version); call it on a validated Config that
+// EncodesKeys.
+func (c Config) KeyEncoderConfig() schemareg.Config {
+	return schemareg.Config{Format: schemareg.Format(c.KeyFormat), Key: true, CacheSize: c.ValueSchema.CacheSize}
 }
 
 // ValueEncoderConfig returns the encoder's settings, Format from
@@ -62,15 +81,30 @@ func checkValueFormat(c *Config) error {
 	if err := checkEnum(c.ValueFormat, valueFormats...); err != nil {
 		return err
 	}
-	if !c.UsesSchemaRegistry() {
+	if !c.encodesValues() {
 		return nil
 	}
+	return checkFormatNeeds(c, c.ValueFormat, "a value format other than json")
+}
+
+func checkKeyFormat(c *Config) error {
+	if err := checkEnum(c.KeyFormat, keyFormats...); err != nil {
+		return err
+	}
+	if !c.EncodesKeys() {
+		return nil
+	}
+	return checkFormatNeeds(c, c.KeyFormat, "a key format other than text")
+}
+
+// checkFormatNeeds checks what a registry format needs.
+func checkFormatNeeds(c *Config, format, what string) error {
 	if c.DebeziumConfig != "" {
-		return badf("a value format other than json is not supported with --debezium-config yet " +
-			"(a connector file's converter is refused by name); remove one of them")
+		return badf("%s is not supported with --debezium-config yet "+
+			"(a connector file's converter is refused by name); remove one of them", what)
 	}
 	if len(c.SchemaRegistry.URLs) == 0 {
-		return badf("%s needs the registry; set --schema-registry-url (WALBOX_SCHEMA_REGISTRY_URL)", c.ValueFormat)
+		return badf("%s needs the registry; set --schema-registry-url (WALBOX_SCHEMA_REGISTRY_URL)", format)
 	}
 	return nil
 }
@@ -79,7 +113,7 @@ func checkValueFormat(c *Config) error {
 // json, where it would do nothing.
 func registryOnly(c *Config, set bool) error {
 	if set && !c.UsesSchemaRegistry() {
-		return badf("set, but --value-format is %q; set --value-format to avro, protobuf or json-schema, or remove it", c.ValueFormat)
+		return badf("set, but --value-format is %q and --key-format %q, which use no registry; set --value-format to avro, protobuf or json-schema (or --key-format to avro or json-schema), or remove it", c.ValueFormat, c.KeyFormat)
 	}
 	return nil
 }
@@ -193,7 +227,7 @@ func checkRecordName(c *Config) error {
 	if err := registryOnly(c, s.RecordName != ""); err != nil {
 		return err
 	}
-	if c.UsesSchemaRegistry() && s.Strategy != string(schemareg.TopicName) && s.RecordName == "" {
+	if c.encodesValues() && s.Strategy != string(schemareg.TopicName) && s.RecordName == "" {
 		return missingf("--value-subject-strategy %s names the subject after the record; set the record's fully-qualified name (e.g. shop.Order)", s.Strategy)
 	}
 	if s.RecordName != "" && s.Strategy == string(schemareg.TopicName) {

@@ -38,7 +38,12 @@ func TestValueFormatOptions(t *testing.T) {
 		{name: "avro without a registry", args: []string{"--value-format", "avro"},
 			want: "avro needs the registry; set --schema-registry-url"},
 		{name: "registry with json", args: []string{"--schema-registry-url", "http://r"},
-			want: `--schema-registry-url (WALBOX_SCHEMA_REGISTRY_URL): set, but --value-format is "json"`},
+			want: `--schema-registry-url (WALBOX_SCHEMA_REGISTRY_URL): set, but --value-format is "json" and --key-format "text", which use no registry`},
+		{name: "avro keys", args: []string{"--key-format", "avro", "--schema-registry-url", "http://r"}},
+		{name: "protobuf keys", args: []string{"--key-format", "protobuf", "--schema-registry-url", "http://r"},
+			want: "--key-format (WALBOX_KEY_FORMAT): expected one of text, avro, json-schema"},
+		{name: "keys without a registry", args: []string{"--key-format", "json-schema"},
+			want: "json-schema needs the registry; set --schema-registry-url"},
 		{name: "not a URL", args: []string{"--value-format", "avro", "--schema-registry-url", "registry:8081"},
 			want: `registry URL "registry:8081" is not an http:// or https:// URL`},
 		{name: "user without password", args: append(reg, "--schema-registry-user", "u"),
@@ -75,7 +80,12 @@ func TestValueFormatOptions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.UsesSchemaRegistry() {
+				if c.EncodesKeys() {
+					if err := c.KeyEncoderConfig().Validate(); err != nil {
+						t.Errorf("schemareg refuses the key config config accepted: %v", err)
+					}
+				}
+				if c.encodesValues() {
 					if err := c.ValueEncoderConfig().Validate(); err != nil {
 						t.Errorf("schemareg refuses what config accepted: %v", err)
 					}

@@ -163,6 +163,10 @@ type Config struct {
 	// (see ValueEncoder); nil sends the payload as it is. A dead-lettered
 	// row carries the payload as it is.
 	Values ValueEncoder
+	// Keys, when set, encodes each routed key (the aggregate id's text)
+	// into the record key, as Values does values; nil sends the text. A
+	// dead-lettered row carries the key as it is.
+	Keys ValueEncoder
 }
 
 // withDefaults fills every defaulted field.

@@ -38,20 +38,38 @@ func isInvalidPayload(err error) bool {
 	return errors.As(err, &ip) && ip.InvalidPayload()
 }
 
-// encodeValue runs the configured ValueEncoder on a row that is valid so
-// far: it replaces w.value with the encoded value, or marks the row invalid,
-// or returns the encoder's other error.
-func (r *Router) encodeValue(w *row) error {
-	out, err := r.cfg.Values.EncodeValue(nil, w.topic, w.value)
-	switch {
-	case err == nil:
-		w.value = out
-		return nil
-	case isInvalidPayload(err):
-		w.fail(r.payload.spec, "payload: column "+strconv.Quote(r.payload.column)+": "+err.Error())
-		return nil
+// encode runs the configured encoders on a row that is valid so far: the
+// key's first, then the value's. Each replaces w.key or w.value with its
+// output, or marks the row invalid, or returns the encoder's other error.
+// A dead-lettered row keeps the key and value as they were.
+func (r *Router) encode(w *row) error {
+	key, value := w.key, w.value
+	if r.cfg.Keys != nil && w.hasKey {
+		out, err := r.cfg.Keys.EncodeValue(nil, w.topic, w.key)
+		switch {
+		case err == nil:
+			key = out
+		case isInvalidPayload(err):
+			w.fail(r.aggID.spec, "aggregate id: column "+strconv.Quote(r.aggID.column)+": "+err.Error())
+			return nil
+		default:
+			return err
+		}
 	}
-	return err
+	if r.cfg.Values != nil {
+		out, err := r.cfg.Values.EncodeValue(nil, w.topic, w.value)
+		switch {
+		case err == nil:
+			value = out
+		case isInvalidPayload(err):
+			w.fail(r.payload.spec, "payload: column "+strconv.Quote(r.payload.column)+": "+err.Error())
+			return nil
+		default:
+			return err
+		}
+	}
+	w.key, w.value = key, value
+	return nil
 }
 
 // encodeError names the row whose value could not be encoded for a reason

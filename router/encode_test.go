@@ -119,3 +119,33 @@ func headerValue(rec *kgo.Record, key string) string {
 	v, _ := header(rec, key)
 	return v
 }
+
+// TestRouteKeyEncoder: the key encoder sees the aggregate id and its output
+// is the record key; an invalid key is an invalid row naming the aggregate
+// id column, and a dead-lettered row keeps the raw key and value.
+func TestRouteKeyEncoder(t *testing.T) {
+	const dlt = "outbox.dead-letter"
+	row := func(aggID string) *decoder.Insert {
+		return classicRow(classicRel(), map[string]decoder.Value{"aggregate_id": txt(aggID)})
+	}
+	rt := mustRouter(t, Config{Keys: &fakeEncoder{}, Values: &fakeEncoder{}})
+	got, err := rt.Route(row("o-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Record.Key) != "\x00\x00\x00\x00\x01o-1" || !bytes.HasPrefix(got.Record.Value, []byte{0, 0, 0, 0, 1}) {
+		t.Errorf("key %q value %q, want both encoded", got.Record.Key, got.Record.Value)
+	}
+	_, err = rt.Route(row("bad-1"))
+	if !errors.Is(err, ErrInvalidRow) || !strings.Contains(err.Error(), `column "aggregate_id"`) {
+		t.Errorf("error %v, want an invalid row naming aggregate_id", err)
+	}
+	dl := mustRouter(t, Config{Keys: &fakeEncoder{}, Values: &fakeEncoder{}, InvalidRows: PolicyDeadLetter, DeadLetterTopic: dlt})
+	got, err = dl.Route(classicRow(classicRel(), map[string]decoder.Value{"payload": txt(`{"x": "bad"}`)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.DeadLetter || string(got.Record.Key) != "o-1" || string(got.Record.Value) != `{"x": "bad"}` {
+		t.Errorf("dead letter key %q value %q, want both as written", got.Record.Key, got.Record.Value)
+	}
+}

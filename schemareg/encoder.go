@@ -2,6 +2,7 @@ package schemareg
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -177,8 +178,11 @@ type Encoder struct {
 // NewEncoder validates cfg and returns an Encoder using cl. Its metrics
 // are registered on reg (none when reg is nil):
 //
-//	walbox_schema_registry_requests_total{result="ok|transient|refused"}
-//	walbox_schema_cache_misses_total
+//	walbox_schema_registry_requests_total{role="value|key", result="ok|transient|refused"}
+//	walbox_schema_cache_misses_total{role="value|key"}
+//
+// role is "key" for a key encoder (Config.Key), so a value and a key
+// encoder can share reg.
 func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -194,17 +198,23 @@ func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, er
 		return nil, fmt.Errorf("%w: cache: %w", ErrInvalidConfig, err)
 	}
 	f := promauto.With(reg)
+	role := prometheus.Labels{"role": "value"}
+	if cfg.Key {
+		role["role"] = "key"
+	}
 	e := &Encoder{
 		cfg:   cfg,
 		cl:    cl,
 		cache: cache,
 		requests: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "walbox_schema_registry_requests_total",
-			Help: "Schema registry requests, by result: ok, transient (unreachable, timeout, 5xx, 429; retried) or refused (permanent).",
+			Name:        "walbox_schema_registry_requests_total",
+			Help:        "Schema registry requests, by result: ok, transient (unreachable, timeout, 5xx, 429; retried) or refused (permanent).",
+			ConstLabels: role,
 		}, []string{"result"}),
 		misses: f.NewCounter(prometheus.CounterOpts{
-			Name: "walbox_schema_cache_misses_total",
-			Help: "Records whose subject's schema was not in the cache and was read from the registry.",
+			Name:        "walbox_schema_cache_misses_total",
+			Help:        "Records whose subject's schema was not in the cache and was read from the registry.",
+			ConstLabels: role,
 		}),
 	}
 	for _, r := range []string{"ok", "transient", "refused"} {
@@ -241,6 +251,35 @@ func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []by
 // client's retry budget (ClientConfig.RetryBudget) plus a request timeout.
 func (e *Encoder) EncodeValue(dst []byte, topic string, payload []byte) ([]byte, error) {
 	return e.Encode(context.Background(), dst, topic, payload)
+}
+
+// KeyEncoder encodes record keys: the key's text (the aggregate id) is
+// taken as a JSON string, so a key schema is an Avro "string" (or a union
+// with one) or a JSON Schema of type string; the subject is "<topic>-key"
+// under TopicName. It implements router.ValueEncoder for the router's Keys.
+// Encoded keys are other bytes than the text: Kafka's default partitioner
+// hashes them, so switching a topic's key format moves aggregates to other
+// partitions.
+type KeyEncoder struct{ *Encoder }
+
+// NewKeyEncoder is NewEncoder for keys (cfg.Key set). Protobuf is refused:
+// a Protobuf schema is a message, which a string is not.
+func NewKeyEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (KeyEncoder, error) {
+	if cfg.Format == FormatProtobuf {
+		return KeyEncoder{}, fmt.Errorf("%w: protobuf keys: a protobuf schema is a message and the key is the aggregate id's text; use avro or json-schema for keys", ErrInvalidConfig)
+	}
+	cfg.Key = true
+	e, err := NewEncoder(cfg, cl, reg)
+	return KeyEncoder{e}, err
+}
+
+// EncodeValue encodes key's text, as a JSON string, for a record on topic.
+func (k KeyEncoder) EncodeValue(dst []byte, topic string, key []byte) ([]byte, error) {
+	doc, err := json.Marshal(string(key))
+	if err != nil {
+		return dst, err
+	}
+	return k.Encode(context.Background(), dst, topic, doc)
 }
 
 // count counts a registry request's result.

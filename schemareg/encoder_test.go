@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamba/avro/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
@@ -406,4 +408,51 @@ func TestSchemaDoesNotCompile(t *testing.T) {
 	e, _ := newTestEncoder(t, f, Config{Format: FormatAvro})
 	_, err := e.Encode(context.Background(), nil, "orders", []byte(`{"id": 1}`))
 	wantRegistryError(t, err, ErrRegistryRefused, "the schema does not compile; fix it in the registry", `subject "orders-value" version 1`)
+}
+
+// TestKeyEncoder: the key's text is a JSON string for the "<topic>-key"
+// subject's schema; protobuf keys are refused.
+func TestKeyEncoder(t *testing.T) {
+	f := newFake(t)
+	avroID := f.register(t, "orders-key", sr.TypeAvro, `"string"`)
+	jsonID := f.register(t, "lines-key", sr.TypeJSON, `{"type": "string", "maxLength": 5}`)
+	f.register(t, "counts-key", sr.TypeAvro, `"long"`)
+	cl := newTestClient(t, f.URL())
+	avroKeys, err := NewKeyEncoder(Config{Format: FormatAvro}, cl, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := avroKeys.EncodeValue(nil, "orders", []byte(`o-"1"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s string
+	if id, body, _ := ParseHeader(out); int(id) != avroID || avro.Unmarshal(avro.MustParse(`"string"`), body, &s) != nil || s != `o-"1"` {
+		t.Errorf("key %q decodes to %q, want the text", out, s)
+	}
+	_, err = avroKeys.EncodeValue(nil, "counts", []byte("7"))
+	wantPayloadError(t, err, "$", "expected an integer (long)", `the string "7"`)
+
+	jsonKeys, err := NewKeyEncoder(Config{Format: FormatJSONSchema}, cl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = jsonKeys.EncodeValue(nil, "lines", []byte("ab"))
+	if id, body, _ := ParseHeader(out); err != nil || int(id) != jsonID || string(body) != `"ab"` {
+		t.Errorf("key %q, %v; want the JSON string", out, err)
+	}
+	_, err = jsonKeys.EncodeValue(nil, "lines", []byte("abcdefg"))
+	wantPayloadError(t, err, "$", "maxLength")
+
+	if _, err := NewKeyEncoder(Config{Format: FormatProtobuf}, cl, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("protobuf keys: %v, want ErrInvalidConfig", err)
+	}
+	// A value and a key encoder share a metrics registry.
+	reg := prometheus.NewRegistry()
+	if _, err := NewEncoder(Config{Format: FormatAvro}, cl, reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewKeyEncoder(Config{Format: FormatAvro}, cl, reg); err != nil {
+		t.Fatal(err)
+	}
 }

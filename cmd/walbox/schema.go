@@ -8,8 +8,9 @@ import (
 	"github.com/walbox/walbox/schemareg"
 )
 
-// withValueEncoder sets rc.Values to the schema registry encoder when
-// --value-format asks for one (package schemareg), its metrics on reg.
+// withValueEncoder sets rc.Values and rc.Keys to the schema registry
+// encoders that --value-format and --key-format ask for (package
+// schemareg), their metrics on reg.
 func withValueEncoder(cfg config.Config, rc router.Config, reg prometheus.Registerer) (router.Config, error) {
 	if !cfg.UsesSchemaRegistry() {
 		return rc, nil
@@ -18,10 +19,19 @@ func withValueEncoder(cfg config.Config, rc router.Config, reg prometheus.Regist
 	if err != nil {
 		return rc, err
 	}
-	enc, err := schemareg.NewEncoder(cfg.ValueEncoderConfig(), cl, reg)
-	if err != nil {
-		return rc, err
+	if cfg.ValueFormat != config.ValueFormatJSON {
+		enc, err := schemareg.NewEncoder(cfg.ValueEncoderConfig(), cl, reg)
+		if err != nil {
+			return rc, err
+		}
+		rc.Values = enc
 	}
-	rc.Values = enc
+	if cfg.EncodesKeys() {
+		enc, err := schemareg.NewKeyEncoder(cfg.KeyEncoderConfig(), cl, reg)
+		if err != nil {
+			return rc, err
+		}
+		rc.Keys = enc
+	}
 	return rc, nil
 }

@@ -97,7 +97,7 @@ func TestRunAvro(t *testing.T) {
 		t.Errorf("dead-lettered value %q, want the payload as it is", dlq[0].Value)
 	}
 	_, metrics := in.get("/metrics")
-	if l := metricLine(metrics, "walbox_schema_cache_misses_total"); l != "walbox_schema_cache_misses_total 1" {
+	if l := metricLine(metrics, `walbox_schema_cache_misses_total{role="value"}`); l != `walbox_schema_cache_misses_total{role="value"} 1` {
 		t.Errorf("metric line %q, want one cache miss for three rows", l)
 	}
 	in.stop(t)
@@ -140,6 +140,37 @@ func consumeNew(t *testing.T, brokers []string, re string, n int) []*kgo.Record 
 		fs.EachRecord(func(r *kgo.Record) { got = append(got, r) })
 	}
 	return got
+}
+
+// TestRunAvroKeys: --key-format avro encodes the aggregate id with the
+// "<topic>-key" schema; the value stays JSON.
+func TestRunAvroKeys(t *testing.T) {
+	e := newTableEnv(t)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	id, _, err := reg.RegisterSchema("outbox.event.order-key", sr.Schema{Schema: `"string"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.KafkaBrokers = e.brokers
+	cfg.KeyFormat = "avro"
+	cfg.SchemaRegistry.URLs = []string{reg.URL()}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, cfg)
+	waitFor(t, "walbox to be ready", func() bool { c, _ := in.get("/readyz"); return c == 200 })
+	e.exec(t, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', 'o-7', 'placed', '{"n": 1}')`, tid(1))
+	rec := consumeNew(t, e.brokers, `^outbox\.event\.order$`, 1)[0]
+	gotID, body, err := schemareg.ParseHeader(rec.Key)
+	var key string
+	if err != nil || int(gotID) != id || avro.Unmarshal(avro.MustParse(`"string"`), body, &key) != nil || key != "o-7" {
+		t.Errorf("key %q (id %d, %v) decodes to %q, want o-7 with id %d", rec.Key, gotID, err, key, id)
+	}
+	if string(rec.Value) != `{"n": 1}` {
+		t.Errorf("value %q, want the JSON payload", rec.Value)
+	}
 }
 
 // TestRunAvroRegistryFaults: while the registry answers 503 walbox retries
@@ -186,7 +217,7 @@ func TestRunAvroRegistryFaults(t *testing.T) {
 	// Several retry budgets spent: the session restarted at least once.
 	waitFor(t, "retries against the failing registry", func() bool {
 		_, m := in.get("/metrics")
-		n, _ := strconv.Atoi(strings.TrimPrefix(metricLine(m, `walbox_schema_registry_requests_total{result="transient"}`), `walbox_schema_registry_requests_total{result="transient"} `))
+		n, _ := strconv.Atoi(strings.TrimPrefix(metricLine(m, `walbox_schema_registry_requests_total{result="transient",role="value"}`), `walbox_schema_registry_requests_total{result="transient",role="value"} `))
 		return n >= 2
 	})
 	status.Store(0)
