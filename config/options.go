@@ -416,7 +416,8 @@ var options = []*option{
 	{
 		flag: "value-format", env: "WALBOX_VALUE_FORMAT", yaml: "value_format", group: groupSchemaRegistry,
 		help: "Record value format: json sends the payload as it is; avro, protobuf or json-schema check the JSON payload against the schema registered for the record " +
-			"and send it in Confluent's wire format (a payload that does not fit follows --invalid-rows)",
+			"and send it in Confluent's wire format (a payload that does not fit follows --invalid-rows); pre-encoded sends a payload already in that format (a bytea column) " +
+			"as it is, once its magic byte is checked and the registry holds its schema id",
 		value: enumValue("FORMAT", func(c *Config) *string { return &c.ValueFormat }, valueFormats...),
 		check: checkValueFormat,
 	},

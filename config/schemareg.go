@@ -16,7 +16,7 @@ import (
 const ValueFormatJSON = "json"
 
 // valueFormats are the accepted values of --value-format.
-var valueFormats = append([]string{ValueFormatJSON}, schemareg.Formats...)
+var valueFormats = append(append([]string{ValueFormatJSON}, schemareg.Formats...), string(schemareg.FormatPreEncoded))
 
 // ValueSchema selects the registered schema of the values; the fields are
 // schemareg.Config's, whose documentation states what each does.
@@ -83,6 +83,10 @@ func checkValueFormat(c *Config) error {
 	}
 	if !c.encodesValues() {
 		return nil
+	}
+	if v := c.ValueSchema; c.ValueFormat == string(schemareg.FormatPreEncoded) &&
+		(v.Strategy != string(schemareg.TopicName) || v.RecordName != "" || v.Version != 0 || v.ID != 0 || v.ProtobufMessage != "") {
+		return badf("pre-encoded payloads pass through with the schema id they carry; remove --value-subject-strategy, --value-record-name, --value-schema-version, --value-schema-id and --value-protobuf-message")
 	}
 	return checkFormatNeeds(c, c.ValueFormat, "a value format other than json")
 }

@@ -34,7 +34,10 @@ func TestValueFormatOptions(t *testing.T) {
 		{name: "protobuf message", args: []string{"--value-format", "protobuf", "--schema-registry-url", "http://r", "--value-protobuf-message", "shop.Order"}},
 
 		{name: "unknown format", args: []string{"--value-format", "xml"},
-			want: `--value-format (WALBOX_VALUE_FORMAT): expected one of json, avro, protobuf, json-schema`},
+			want: `--value-format (WALBOX_VALUE_FORMAT): expected one of json, avro, protobuf, json-schema, pre-encoded`},
+		{name: "pre-encoded", args: []string{"--value-format", "pre-encoded", "--schema-registry-url", "http://r"}},
+		{name: "pre-encoded with a version", args: []string{"--value-format", "pre-encoded", "--schema-registry-url", "http://r", "--value-schema-version", "2"},
+			want: "pre-encoded payloads pass through with the schema id they carry"},
 		{name: "avro without a registry", args: []string{"--value-format", "avro"},
 			want: "avro needs the registry; set --schema-registry-url"},
 		{name: "registry with json", args: []string{"--schema-registry-url", "http://r"},

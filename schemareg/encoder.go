@@ -106,8 +106,12 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	if !slices.Contains(Formats, string(c.Format)) {
-		bad("format %q: give one of %s", c.Format, strings.Join(Formats, ", "))
+	if c.Format == FormatPreEncoded {
+		if c.Key || c.Strategy == RecordName || c.Strategy == TopicRecordName || c.RecordName != "" || c.Version != 0 || c.ID != 0 || c.ProtobufMessage != "" {
+			bad("format %s passes payloads through and selects no schema: no key, subject strategy, record name, version, id or message", c.Format)
+		}
+	} else if !slices.Contains(Formats, string(c.Format)) {
+		bad("format %q: give one of %s, or %s", c.Format, strings.Join(Formats, ", "), FormatPreEncoded)
 	}
 	if c.Strategy != "" && !slices.Contains(Strategies, string(c.Strategy)) {
 		bad("subject name strategy %q: give one of %s", c.Strategy, strings.Join(Strategies, ", "))
@@ -228,6 +232,9 @@ func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, er
 // *PayloadError (ErrInvalidPayload); a registry fault met on a cache miss is
 // a *RegistryError (ErrRegistryUnavailable or ErrRegistryRefused).
 func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []byte) ([]byte, error) {
+	if e.cfg.Format == FormatPreEncoded {
+		return e.preEncoded(ctx, dst, doc)
+	}
 	subject := e.cfg.Subject(topic)
 	r, ok := e.cache.Get(subject)
 	if !ok {

@@ -1,6 +1,7 @@
 package schemareg
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -260,7 +261,9 @@ func TestConfigValidate(t *testing.T) {
 		want string // "" valid
 	}{
 		{name: "avro", cfg: Config{Format: FormatAvro}},
-		{name: "no format", cfg: Config{}, want: "give one of avro, protobuf, json-schema"},
+		{name: "no format", cfg: Config{}, want: "give one of avro, protobuf, json-schema, or pre-encoded"},
+		{name: "pre-encoded", cfg: Config{Format: FormatPreEncoded}},
+		{name: "pre-encoded with a version", cfg: Config{Format: FormatPreEncoded, Version: 2}, want: "selects no schema"},
 		{name: "bad strategy", cfg: Config{Format: FormatAvro, Strategy: "x"}, want: "give one of topic, record, topic-record"},
 		{name: "record without name", cfg: Config{Format: FormatAvro, Strategy: RecordName}, want: "needs the record's fully-qualified name"},
 		{name: "version and id", cfg: Config{Format: FormatAvro, Version: 1, ID: 2}, want: "pin one of them"},
@@ -454,5 +457,32 @@ func TestKeyEncoder(t *testing.T) {
 	}
 	if _, err := NewKeyEncoder(Config{Format: FormatAvro}, cl, reg); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPreEncoded: a payload already in wire format passes through as it is
+// once its schema id is known to exist (asked once per id); a payload
+// without the header, or naming an id the registry lacks, is invalid.
+func TestPreEncoded(t *testing.T) {
+	f := newFake(t)
+	id := f.register(t, "orders-value", sr.TypeAvro, idAvro)
+	e, _ := newTestEncoder(t, f, Config{Format: FormatPreEncoded})
+	rec := append(AppendHeader(nil, uint32(id), nil), 0x0e) // {"id": 7}
+	before := f.requests.Load()
+	for range 3 {
+		out, err := e.Encode(context.Background(), nil, "orders", rec)
+		if err != nil || !bytes.Equal(out, rec) {
+			t.Fatalf("pre-encoded %v: %q, %v; want it as it is", rec, out, err)
+		}
+	}
+	if n := f.requests.Load() - before; n != 1 {
+		t.Errorf("%d registry requests for one id, want 1", n)
+	}
+	_, err := e.Encode(context.Background(), nil, "orders", []byte(`{"id": 7}`))
+	wantPayloadError(t, err, "$", "must be in Confluent wire format", "magic byte")
+	_, err = e.Encode(context.Background(), nil, "orders", append(AppendHeader(nil, 999, nil), 0))
+	wantPayloadError(t, err, "$", "schema id 999 does not exist in the registry")
+	if _, err := NewKeyEncoder(Config{Format: FormatPreEncoded}, newTestClient(t, f.URL()), nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("pre-encoded keys: %v, want ErrInvalidConfig", err)
 	}
 }

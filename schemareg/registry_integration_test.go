@@ -111,6 +111,16 @@ func TestApicurio(t *testing.T) {
 		_, err = encode(Config{Format: FormatJSONSchema}, "lines", `{"id": 1, "status": "PAID", "lines": [{"sku": 1}]}`)
 		wantPayloadError(t, err, "$.lines[0].sku", "want string")
 	})
+	t.Run("pre-encoded", func(t *testing.T) {
+		id := register("raw-value", sr.Schema{Schema: idAvro, Type: sr.TypeAvro})
+		rec := append(AppendHeader(nil, uint32(id), nil), 0x0e)
+		out, err := encode(Config{Format: FormatPreEncoded}, "raw", string(rec))
+		if err != nil || string(out) != string(rec) {
+			t.Fatalf("pre-encoded: %q, %v; want it as it is", out, err)
+		}
+		_, err = encode(Config{Format: FormatPreEncoded}, "raw", string(AppendHeader(nil, 99999, nil)))
+		wantPayloadError(t, err, "$", "schema id 99999 does not exist in the registry")
+	})
 	t.Run("unknown subject", func(t *testing.T) {
 		_, err := encode(Config{Format: FormatAvro}, "nothing", `{}`)
 		wantRegistryError(t, err, ErrRegistryRefused, `subject "nothing-value"`, "register the schema")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -266,4 +267,58 @@ func consumeFor(t *testing.T, brokers []string, re string, d time.Duration) []*k
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = append(got, r) })
 	}
 	return got
+}
+
+// TestRunPreEncoded: --value-format pre-encoded sends a bytea payload that
+// is already in wire format as it is; one without the magic byte, or
+// naming a schema id the registry lacks, is dead-lettered saying so.
+func TestRunPreEncoded(t *testing.T) {
+	e := newTableEnv(t)
+	e.exec(t, `CREATE TABLE public.outbox_bin (LIKE public.outbox INCLUDING DEFAULTS)`)
+	e.exec(t, `ALTER TABLE public.outbox_bin ALTER COLUMN payload TYPE bytea USING convert_to(payload::text, 'UTF8')`)
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	id, _, err := reg.RegisterSchema("outbox.event.order-value", sr.Schema{Schema: orderAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.KafkaBrokers = e.brokers
+	cfg.Table = "public.outbox_bin"
+	cfg.ValueFormat = "pre-encoded"
+	cfg.SchemaRegistry.URLs = []string{reg.URL()}
+	cfg.InvalidRows, cfg.DeadLetterTopic = "dead-letter", "outbox.dlq"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("walbox logs:\n%s", in.logs.Tail(4000))
+		}
+	})
+	waitFor(t, "walbox to be ready", func() bool { c, _ := in.get("/readyz"); return c == 200 })
+	good, err := avro.Marshal(avro.MustParse(orderAvro), map[string]any{"n": 5, "status": "PAID"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good = append(schemareg.AppendHeader(nil, uint32(id), nil), good...)
+	insert := func(n int, payload []byte) {
+		t.Helper()
+		e.exec(t, `INSERT INTO public.outbox_bin (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', 'o-1', 'placed', $2)`, tid(n), payload)
+	}
+	insert(1, good)
+	insert(2, []byte(`{"n": 5}`))
+	insert(3, schemareg.AppendHeader(nil, 4242, nil))
+
+	rec := consumeNew(t, e.brokers, `^outbox\.event\.order$`, 1)[0]
+	if !bytes.Equal(rec.Value, good) || header(rec, router.HeaderEventID) != tid(1) {
+		t.Errorf("record %q (event %s), want the bytea as it is", rec.Value, header(rec, router.HeaderEventID))
+	}
+	dlq := consumeNew(t, e.brokers, `^outbox\.dlq$`, 2)
+	for i, want := range []string{"must be in Confluent wire format", "schema id 4242 does not exist in the registry"} {
+		if r := header(dlq[i], router.HeaderError); !strings.Contains(r, want) || header(dlq[i], router.HeaderEventID) != tid(i+2) {
+			t.Errorf("dead letter %d: %q (event %s), want %q", i, r, header(dlq[i], router.HeaderEventID), want)
+		}
+	}
 }
