@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,6 +178,21 @@ type Encoder struct {
 
 	requests *prometheus.CounterVec
 	misses   prometheus.Counter
+
+	// failing is the subject (or "id N") of the last registry request
+	// when it failed transiently; nil once a request succeeds.
+	failing atomic.Pointer[string]
+}
+
+// Unavailable reports whether the last registry request failed
+// transiently (the registry unreachable, timing out, 5xx or 429), and for
+// what subject; a later successful request clears it. Safe for concurrent
+// use; walbox's /readyz reports it.
+func (e *Encoder) Unavailable() (subject string, ok bool) {
+	if p := e.failing.Load(); p != nil {
+		return *p, true
+	}
+	return "", false
 }
 
 // NewEncoder validates cfg and returns an Encoder using cl. Its metrics
@@ -289,15 +305,19 @@ func (k KeyEncoder) EncodeValue(dst []byte, topic string, key []byte) ([]byte, e
 	return k.Encode(context.Background(), dst, topic, doc)
 }
 
-// count counts a registry request's result.
-func (e *Encoder) count(err error) {
+// count counts a registry request's result, for what (a subject or "id
+// N"), and keeps whether it failed transiently.
+func (e *Encoder) count(err error, what string) {
 	switch {
 	case err == nil:
 		e.requests.WithLabelValues("ok").Inc()
+		e.failing.Store(nil)
 	case errors.Is(err, ErrRegistryUnavailable):
 		e.requests.WithLabelValues("transient").Inc()
+		e.failing.Store(&what)
 	default:
 		e.requests.WithLabelValues("refused").Inc()
+		e.failing.Store(nil)
 	}
 }
 
@@ -318,7 +338,7 @@ func (e *Encoder) resolve(ctx context.Context, subject string) (*resolved, error
 	default:
 		ss, err = e.cl.SchemaByVersion(ctx, subject, -1)
 	}
-	e.count(err)
+	e.count(err, subject)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +393,7 @@ func (e *Encoder) references(ctx context.Context, refs []sr.SchemaReference, out
 		}
 		seen[ref.Name] = true
 		ss, err := e.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
-		e.count(err)
+		e.count(err, ref.Subject)
 		if err != nil {
 			return err
 		}

@@ -486,3 +486,39 @@ func TestPreEncoded(t *testing.T) {
 		t.Errorf("pre-encoded keys: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestUnavailable: a transient failure is reported until a request
+// succeeds; a refusal is not an unavailable registry.
+func TestUnavailable(t *testing.T) {
+	f := newFake(t)
+	f.register(t, "orders-value", sr.TypeAvro, idAvro)
+	var status atomic.Int32
+	f.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		if s := status.Load(); s != 0 {
+			w.WriteHeader(int(s))
+			return true
+		}
+		return false
+	})
+	e, _ := newTestEncoder(t, f, Config{Format: FormatAvro, CacheSize: 1})
+	if _, ok := e.Unavailable(); ok {
+		t.Error("unavailable before any request")
+	}
+	status.Store(503)
+	e.Encode(context.Background(), nil, "orders", []byte(`{"id": 1}`))
+	if s, ok := e.Unavailable(); !ok || s != "orders-value" {
+		t.Errorf("after a 503: %q, %v; want orders-value", s, ok)
+	}
+	status.Store(0)
+	if _, err := e.Encode(context.Background(), nil, "orders", []byte(`{"id": 1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.Unavailable(); ok {
+		t.Error("still unavailable after a success")
+	}
+	status.Store(401)
+	e.Encode(context.Background(), nil, "other", []byte(`{"id": 1}`))
+	if _, ok := e.Unavailable(); ok {
+		t.Error("a refusal reported as unavailable")
+	}
+}

@@ -21,11 +21,11 @@ func (e *Encoder) preEncoded(ctx context.Context, dst, payload []byte) ([]byte, 
 	if err != nil {
 		return dst, &PayloadError{Path: "$", Problem: "a pre-encoded payload must be in Confluent wire format: " + err.Error()}
 	}
-	key := "id:" + strconv.FormatUint(uint64(id), 10)
+	key := "id " + strconv.FormatUint(uint64(id), 10)
 	if _, ok := e.cache.Get(key); !ok {
 		e.misses.Inc()
 		_, err := e.cl.SchemaByID(ctx, "", int(id))
-		e.count(err)
+		e.count(err, key)
 		var resp *sr.ResponseError
 		switch {
 		case errors.As(err, &resp) && resp.ErrorCode == sr.ErrSchemaNotFound.Code:

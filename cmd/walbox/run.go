@@ -67,14 +67,16 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	}
 
 	var (
-		rt  pipeline.Router
-		wrt *router.Router
+		rt         pipeline.Router
+		wrt        *router.Router
+		registries []registryState // for /readyz
 	)
 	if dbz == nil {
 		rc, err := withValueEncoder(cfg, cfg.RouterConfig(), reg)
 		if err != nil {
 			return err
 		}
+		registries = encoderStates(rc)
 		if wrt, err = router.New(rc); err != nil {
 			return err
 		}
@@ -167,7 +169,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, log)
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, log, registries...)
 	if err != nil {
 		return err
 	}
@@ -277,7 +279,7 @@ func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
 
 // startMetricsServer binds before returning so a port clash is a startup
 // error, not a log line later. An empty addr disables it.
-func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, log *slog.Logger) (*metricsServer, error) {
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, log *slog.Logger, registries ...registryState) (*metricsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -288,6 +290,8 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", healthz)
-	mux.Handle("/readyz", newReadiness(relay, kafka, log))
+	ready := newReadiness(relay, kafka, log)
+	ready.registries = registries
+	mux.Handle("/readyz", ready)
 	return &metricsServer{Server: newHTTPServer(mux, metricsHTTPLimits), ln: limitListener(ln, metricsHTTPLimits.maxConns)}, nil
 }

@@ -35,3 +35,17 @@ func withValueEncoder(cfg config.Config, rc router.Config, reg prometheus.Regist
 	}
 	return rc, nil
 }
+
+// encoderStates returns rc's encoders that report the registry's state.
+func encoderStates(rc router.Config) []registryState {
+	var out []registryState
+	for _, enc := range []router.ValueEncoder{rc.Values, rc.Keys} {
+		switch e := enc.(type) {
+		case *schemareg.Encoder:
+			out = append(out, e)
+		case schemareg.KeyEncoder:
+			out = append(out, e.Encoder)
+		}
+	}
+	return out
+}

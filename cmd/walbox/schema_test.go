@@ -176,7 +176,8 @@ func TestRunAvroKeys(t *testing.T) {
 
 // TestRunAvroRegistryFaults: while the registry answers 503 walbox retries
 // (the row is not confirmed, the session restarts from the confirmed
-// position) and the row arrives once the registry recovers, exactly once; a
+// position) and says so in /readyz, and the row arrives once the registry
+// recovers, exactly once; a
 // registry that refuses walbox's credentials (401) stops it, naming the
 // subject and the fix.
 func TestRunAvroRegistryFaults(t *testing.T) {
@@ -221,7 +222,12 @@ func TestRunAvroRegistryFaults(t *testing.T) {
 		n, _ := strconv.Atoi(strings.TrimPrefix(metricLine(m, `walbox_schema_registry_requests_total{result="transient",role="value"}`), `walbox_schema_registry_requests_total{result="transient",role="value"} `))
 		return n >= 2
 	})
+	waitFor(t, "/readyz to name the registry", func() bool {
+		c, body := in.get("/readyz")
+		return c == http.StatusServiceUnavailable && strings.Contains(body, "schema registry unavailable for outbox.event.order-value")
+	})
 	status.Store(0)
+	waitFor(t, "walbox to be ready again", func() bool { c, _ := in.get("/readyz"); return c == 200 })
 	recs := consumeNew(t, e.brokers, `^outbox\.event\.order$`, 1)
 	if header(recs[0], router.HeaderEventID) != tid(1) {
 		t.Fatalf("record %v, want row 1", recs[0])
