@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -30,6 +31,9 @@ import (
 // string holding one, with no more fraction digits than its scale.
 type avroCodec struct {
 	schema avro.Schema
+	// defaults holds each record field's default, converted once when the
+	// schema is compiled (read-only after).
+	defaults map[*avro.Field]any
 }
 
 func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
@@ -43,7 +47,49 @@ func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &avroCodec{schema: s}, nil
+	c := &avroCodec{schema: s, defaults: map[*avro.Field]any{}}
+	if err := c.collectDefaults(s, map[avro.Schema]bool{}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// collectDefaults converts the default of every field of every record s
+// reaches, each record once (a schema may refer to itself).
+func (c *avroCodec) collectDefaults(s avro.Schema, seen map[avro.Schema]bool) error {
+	if ref, ok := s.(*avro.RefSchema); ok {
+		s = ref.Schema()
+	}
+	if seen[s] {
+		return nil
+	}
+	seen[s] = true
+	switch s := s.(type) {
+	case *avro.RecordSchema:
+		for _, f := range s.Fields() {
+			if f.HasDefault() {
+				v, _, problem := avroDefault(f)
+				if problem != "" {
+					return errors.New("field " + f.Name() + " of " + s.FullName() + ": " + problem)
+				}
+				c.defaults[f] = v
+			}
+			if err := c.collectDefaults(f.Type(), seen); err != nil {
+				return err
+			}
+		}
+	case *avro.ArraySchema:
+		return c.collectDefaults(s.Items(), seen)
+	case *avro.MapSchema:
+		return c.collectDefaults(s.Values(), seen)
+	case *avro.UnionSchema:
+		for _, t := range s.Types() {
+			if err := c.collectDefaults(t, seen); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (c *avroCodec) encode(dst, doc []byte) ([]byte, string, string) {
@@ -56,7 +102,7 @@ func (c *avroCodec) encode(dst, doc []byte) ([]byte, string, string) {
 	if dec.More() {
 		return dst, "$", "not valid JSON: more than one value"
 	}
-	native, path, problem := avroValue(c.schema, v, "$")
+	native, path, problem := avroValueD(c.schema, v, "$", c.defaults)
 	if problem != "" {
 		return dst, path, problem
 	}
@@ -92,8 +138,14 @@ func jsonKind(v any) string {
 }
 
 // avroValue checks v against s and returns the value hamba/avro encodes,
-// or the path and problem.
+// or the path and problem; missing fields' defaults are converted on the
+// spot (defaults themselves, when compiling).
 func avroValue(s avro.Schema, v any, path string) (any, string, string) {
+	return avroValueD(s, v, path, nil)
+}
+
+// avroValueD is avroValue with the defaults converted beforehand.
+func avroValueD(s avro.Schema, v any, path string, defaults map[*avro.Field]any) (any, string, string) {
 	if ref, ok := s.(*avro.RefSchema); ok {
 		s = ref.Schema()
 	}
@@ -185,6 +237,10 @@ func avroValue(s avro.Schema, v any, path string) (any, string, string) {
 				if !f.HasDefault() {
 					return nil, fp, "missing required field " + strconv.Quote(f.Name()) + " (record " + s.FullName() + "; it has no default)"
 				}
+				if dv, ok := defaults[f]; ok {
+					out[f.Name()] = dv
+					continue
+				}
 				dv, p, problem := avroDefault(f)
 				if problem != "" {
 					return nil, p, problem
@@ -193,7 +249,7 @@ func avroValue(s avro.Schema, v any, path string) (any, string, string) {
 				continue
 			}
 			present++
-			nv, p, problem := avroValue(f.Type(), fv, fp)
+			nv, p, problem := avroValueD(f.Type(), fv, fp, defaults)
 			if problem != "" {
 				return nil, p, problem
 			}
@@ -225,7 +281,7 @@ func avroValue(s avro.Schema, v any, path string) (any, string, string) {
 		}
 		out := make([]any, len(arr))
 		for i, e := range arr {
-			nv, p, problem := avroValue(s.Items(), e, path+"["+strconv.Itoa(i)+"]")
+			nv, p, problem := avroValueD(s.Items(), e, path+"["+strconv.Itoa(i)+"]", defaults)
 			if problem != "" {
 				return nil, p, problem
 			}
@@ -239,7 +295,7 @@ func avroValue(s avro.Schema, v any, path string) (any, string, string) {
 		}
 		out := make(map[string]any, len(obj))
 		for k, e := range obj {
-			nv, p, problem := avroValue(s.Values(), e, path+"["+strconv.Quote(k)+"]")
+			nv, p, problem := avroValueD(s.Values(), e, path+"["+strconv.Quote(k)+"]", defaults)
 			if problem != "" {
 				return nil, p, problem
 			}
@@ -267,7 +323,7 @@ func avroValue(s avro.Schema, v any, path string) (any, string, string) {
 		}
 		return fixedArray(b), "", ""
 	case *avro.UnionSchema:
-		return avroUnion(s, v, path)
+		return avroUnion(s, v, path, defaults)
 	}
 	return nil, path, "schema type " + string(s.Type()) + " is not supported"
 }
@@ -282,7 +338,7 @@ func fixedArray(b []byte) any {
 // avroUnion picks the branch for v: the wrapped form {"name": value} when v
 // is a one-key object naming a branch (and no record or map branch takes the
 // object as it is), else null for null, else the first branch v fits.
-func avroUnion(s *avro.UnionSchema, v any, path string) (any, string, string) {
+func avroUnion(s *avro.UnionSchema, v any, path string, defaults map[*avro.Field]any) (any, string, string) {
 	types := s.Types()
 	if v == nil {
 		if _, pos := types.Get("null"); pos >= 0 {
@@ -293,7 +349,7 @@ func avroUnion(s *avro.UnionSchema, v any, path string) (any, string, string) {
 	if obj, ok := v.(map[string]any); ok && len(obj) == 1 {
 		for name, inner := range obj {
 			if b, pos := types.Get(name); pos >= 0 {
-				nv, p, problem := avroValue(b, inner, path)
+				nv, p, problem := avroValueD(b, inner, path, defaults)
 				if problem != "" {
 					return nil, p, problem
 				}
@@ -306,7 +362,7 @@ func avroUnion(s *avro.UnionSchema, v any, path string) (any, string, string) {
 		if b.Type() == avro.Null {
 			continue
 		}
-		nv, p, problem := avroValue(b, v, path)
+		nv, p, problem := avroValueD(b, v, path, defaults)
 		if problem == "" {
 			return wrapUnion(b, nv), "", ""
 		}
