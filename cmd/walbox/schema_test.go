@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/walbox/walbox/internal/fulltest"
+	"github.com/walbox/walbox/internal/registrytest"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/schemareg"
 )
@@ -32,17 +33,33 @@ const orderAvro = `{"type": "record", "name": "Order", "namespace": "shop", "fie
 // the schema is dead-lettered with the field path, or under the fail policy
 // stops walbox naming the row, its LSN and the field path.
 func TestRunAvro(t *testing.T) {
-	e := newTableEnv(t)
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
-	id, _, err := reg.RegisterSchema("outbox.event.order-value", sr.Schema{Schema: orderAvro})
+	runAvro(t, reg.URL())
+}
+
+// TestRunAvroApicurio is TestRunAvro against a real registry.
+func TestRunAvroApicurio(t *testing.T) {
+	fulltest.Require(t, "starts Apicurio Registry")
+	runAvro(t, registrytest.Start(t).URL)
+}
+
+func runAvro(t *testing.T, registryURL string) {
+	e := newTableEnv(t)
+	admin, err := sr.NewClient(sr.URLs(registryURL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyID, _, err := reg.RegisterSchema("outbox.event.order-key", sr.Schema{Schema: `"string"`})
-	if err != nil {
-		t.Fatal(err)
+	register := func(subject, schema string) int {
+		t.Helper()
+		ss, err := admin.CreateSchema(context.Background(), subject, sr.Schema{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ss.ID
 	}
+	id := register("outbox.event.order-value", orderAvro)
+	keyID := register("outbox.event.order-key", `"string"`)
 	schema := avro.MustParse(orderAvro)
 	insert := func(n int, payload string) {
 		t.Helper()
@@ -53,7 +70,7 @@ func TestRunAvro(t *testing.T) {
 	cfg := e.cfg
 	cfg.KafkaBrokers = e.brokers
 	cfg.ValueFormat, cfg.KeyFormat = "avro", "avro"
-	cfg.SchemaRegistry.URLs = []string{reg.URL()}
+	cfg.SchemaRegistry.URLs = []string{registryURL}
 	cfg.InvalidRows, cfg.DeadLetterTopic = "dead-letter", "outbox.dlq"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
