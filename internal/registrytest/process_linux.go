@@ -69,3 +69,16 @@ func runTool(cmd *exec.Cmd) error {
 	defer runtime.UnlockOSThread()
 	return cmd.Run()
 }
+
+// lockFile takes an exclusive lock on path, waiting for another holder.
+func lockFile(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}

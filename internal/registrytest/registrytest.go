@@ -203,6 +203,17 @@ func Build(ctx context.Context) (jar string, built bool, err error) {
 	if jar, ok := runnerJar(dest); ok {
 		return jar, false, nil
 	}
+	// Test binaries of several packages start at once in a full run: one
+	// builds, the others wait for it (three builds at once on two cores
+	// would take minutes).
+	unlock, err := lockFile(dest + ".lock")
+	if err != nil {
+		return "", false, fmt.Errorf("registrytest: %w", err)
+	}
+	defer unlock()
+	if jar, ok := runnerJar(dest); ok {
+		return jar, false, nil
+	}
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {
 		return "", false, fmt.Errorf("%w: the registry is not built and mvn is not on PATH (apt-get install maven): %v", ErrUnavailable, err)
