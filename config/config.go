@@ -104,7 +104,7 @@ type Config struct {
 	// Default true.
 	Streaming bool
 	// SpoolDir is where streamed transactions wait for their commit.
-	// Default empty: walbox-spool in the temporary directory.
+	// Default empty: walbox-spool-<uid> in the temporary directory.
 	SpoolDir string
 	// SpoolMaxBytes bounds SpoolDir's streamed transactions; > 0. Default 1 GiB.
 	SpoolMaxBytes int64

@@ -173,7 +173,7 @@ var options = []*option{
 	{
 		flag: "spool-dir", env: "WALBOX_SPOOL_DIR", yaml: "spool_dir", group: groupPostgres,
 		help: "Directory where streamed transactions wait for their commit (a subdirectory per process, removed on exit and by the next start after a crash); " +
-			"empty means walbox-spool in the temporary directory ($TMPDIR, else /tmp). It must be writable once a transaction larger than the server's logical_decoding_work_mem streams",
+			"empty means walbox-spool-<uid> in the temporary directory ($TMPDIR, else /tmp), mode 0700, refused if another user owns it. Where it cannot be written, a transaction larger than the server's logical_decoding_work_mem is sent with protocol version 1 instead (the server spills it), with a warning and walbox_spool_errors_total",
 		value:    stringValue("DIR", func(c *Config) *string { return &c.SpoolDir }),
 		check:    func(*Config) error { return nil }, // any path; written only when a transaction streams
 		pipeline: func(c *Config, p *pipeline.Config) { p.SpoolDir = c.SpoolDir },
@@ -559,14 +559,15 @@ var options = []*option{
 	},
 	{
 		flag: "reconnect-backoff-min", env: "WALBOX_RECONNECT_BACKOFF_MIN", yaml: "reconnect_backoff_min", group: groupOperations,
-		help:     "First wait before reconnecting after a lost connection",
+		help: "First wait before reconnecting after a lost connection; for 2 minutes after a replication session that streamed is lost, " +
+			"and for up to 10 minutes while the server answers but is not a writable primary (a standby being promoted), every wait stays at this one instead of doubling",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
 		check:    func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMin = c.ReconnectBackoffMin },
 	},
 	{
 		flag: "reconnect-backoff-max", env: "WALBOX_RECONNECT_BACKOFF_MAX", yaml: "reconnect_backoff_max", group: groupOperations,
-		help:     "Longest wait between reconnection attempts (the wait doubles up to it)",
+		help:     "Longest wait between reconnection attempts (the wait doubles up to it once the fast retries of --reconnect-backoff-min are over)",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMax }),
 		check:    func(c *Config) error { return checkBackoffMax(c.ReconnectBackoffMax, c.ReconnectBackoffMin) },
 		pipeline: func(c *Config, p *pipeline.Config) { p.BackoffMax = c.ReconnectBackoffMax },

@@ -26,7 +26,7 @@ func TestReadOffsetsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Offset{LSN: 23456792, LSNProc: 23456792, LSNCommit: 23456700, TxID: 751, TsUsec: 1764554400123456}
+	want := Offset{LSN: 23456792, LSNProc: 23456792, LSNCommit: 23456700, TxID: 751, TsUsec: 1764554400123456, MessageType: "INSERT"}
 	if o != want {
 		t.Errorf("offset = %+v, want %+v", o, want)
 	}
@@ -185,5 +185,98 @@ func TestTruncatedOffsetsFile(t *testing.T) {
 		if !errors.Is(err, ErrOffsetsTruncated) || !errors.Is(err, ErrOffsets) {
 			t.Errorf("first %d bytes: %v, want ErrOffsetsTruncated", n, err)
 		}
+	}
+}
+
+// How many of the change events at an offset's LSN it covers, for every
+// message type Debezium stores and with and without lsn_events_processed
+// (Debezium 3.7+), over 0, 1 and 50 events at that LSN (a 50-row COPY).
+// Never more than Debezium processed: an event covered and not sent is
+// lost, one sent again is a duplicate consumers drop by id.
+func TestSentAtLSN(t *testing.T) {
+	tests := []struct {
+		typ       string
+		processed int64
+		want      [3]int // for 0, 1 and 50 events at the LSN
+	}{
+		{"COMMIT", 0, [3]int{0, 1, 50}},
+		{"INSERT", 0, [3]int{0, 1, 1}},
+		{"INSERT", 1, [3]int{0, 1, 1}},
+		{"INSERT", 10, [3]int{0, 1, 10}},
+		{"INSERT", 50, [3]int{0, 1, 50}},
+		{"INSERT", 70, [3]int{0, 1, 50}},
+		{"UPDATE", 0, [3]int{0, 1, 1}},
+		{"DELETE", 3, [3]int{0, 1, 3}},
+		{"TRUNCATE", 2, [3]int{0, 1, 2}},
+		{"BEGIN", 0, [3]int{0, 0, 0}},
+		{"BEGIN", 10, [3]int{0, 0, 0}},
+		{"MESSAGE", 10, [3]int{0, 0, 0}},
+		{"", 0, [3]int{0, 0, 0}},
+		{"", 10, [3]int{0, 0, 0}},
+		{"ORIGIN", 0, [3]int{0, 0, 0}},
+		{"SOMETHING_NEW", 10, [3]int{0, 0, 0}},
+	}
+	for _, tt := range tests {
+		o := Offset{LSN: 100, MessageType: tt.typ, LSNEventsProcessed: tt.processed}
+		for i, n := range []int{0, 1, 50} {
+			if got := o.SentAtLSN(n, false); got != tt.want[i] {
+				t.Errorf("messageType %q, lsn_events_processed %d, %d events at lsn: %d covered, want %d", tt.typ, tt.processed, n, got, tt.want[i])
+			}
+		}
+	}
+}
+
+// With the transaction's Begin at the offset's LSN (a COPY opening its
+// transaction), lsn_events_processed over 1 covers one event fewer: a
+// Debezium 3.7 that restarted from an offset inside those events counts
+// the Begin among them, and stamps each event it sends after with one more
+// than it has sent. Before, 10 covered 10 there, one row Debezium had not
+// sent.
+func TestSentAtLSNBeginAtLSN(t *testing.T) {
+	tests := []struct {
+		typ       string
+		processed int64
+		want      [3]int // for 0, 1 and 50 events at the LSN
+	}{
+		{"COMMIT", 0, [3]int{0, 1, 50}},
+		{"INSERT", 0, [3]int{0, 1, 1}},
+		{"INSERT", 1, [3]int{0, 1, 1}},
+		{"INSERT", 2, [3]int{0, 1, 1}},
+		{"INSERT", 10, [3]int{0, 1, 9}},
+		{"INSERT", 50, [3]int{0, 1, 49}},
+		{"INSERT", 51, [3]int{0, 1, 50}},
+		{"BEGIN", 0, [3]int{0, 0, 0}},
+		{"", 10, [3]int{0, 0, 0}},
+	}
+	for _, tt := range tests {
+		o := Offset{LSN: 100, MessageType: tt.typ, LSNEventsProcessed: tt.processed}
+		for i, n := range []int{0, 1, 50} {
+			if got := o.SentAtLSN(n, true); got != tt.want[i] {
+				t.Errorf("Begin at lsn, messageType %q, lsn_events_processed %d, %d events at lsn: %d covered, want %d", tt.typ, tt.processed, n, got, tt.want[i])
+			}
+		}
+	}
+}
+
+func TestParseOffsetFields(t *testing.T) {
+	o, err := ParseOffset([]byte(`{"lsn":100,"lsn_proc":100,"lsn_commit":90,"txId":7,"ts_usec":5,"messageType":"INSERT","lsn_events_processed":12,"xmin":3}`))
+	want := Offset{LSN: 100, LSNProc: 100, LSNCommit: 90, TxID: 7, TsUsec: 5, MessageType: "INSERT", LSNEventsProcessed: 12}
+	if err != nil || o != want {
+		t.Errorf("%+v, %v; want %+v", o, err, want)
+	}
+	for in, want := range map[string]string{
+		`{"lsn":1,"incremental_snapshot_collections":"[{\"incremental_snapshot_collections_id\":\"public.outbox\"}]"}`: `[{"incremental_snapshot_collections_id":"public.outbox"}]`,
+		`{"lsn":1,"incremental_snapshot_primary_key":"aced"}`:                                                          "incremental_snapshot_primary_key",
+		`{"lsn":1,"incremental_snapshot_collections":null,"incremental_snapshot_primary_key":null}`:                    "",
+		`{"lsn":1,"incremental_snapshot_collections":"[]"}`:                                                            "",
+	} {
+		o, err := ParseOffset([]byte(in))
+		if err != nil || o.IncrementalSnapshot != want {
+			t.Errorf("%s: incremental snapshot %q, %v; want %q", in, o.IncrementalSnapshot, err, want)
+		}
+	}
+	_, err = ParseOffset([]byte(`{"lsn":1,"zeta":1,"alpha":2}`))
+	if !errors.Is(err, ErrOffsets) || !strings.Contains(err.Error(), `["alpha" "zeta"]`) {
+		t.Errorf("unknown keys: %v", err)
 	}
 }

@@ -25,6 +25,7 @@ func ctxT(t *testing.T) context.Context {
 // tx is one committed transaction as the slot decodes it.
 type tx struct {
 	xid     uint32
+	begin   pglogrepl.LSN // the LSN of its Begin
 	inserts []pglogrepl.LSN
 	end     pglogrepl.LSN
 }
@@ -109,7 +110,7 @@ func (e *takeoverEnv) decode(t *testing.T) []tx {
 		}
 		switch m := m.(type) {
 		case *pglogrepl.BeginMessage:
-			out = append(out, tx{xid: m.Xid})
+			out = append(out, tx{xid: m.Xid, begin: lsn})
 		case *pglogrepl.InsertMessage:
 			out[len(out)-1].inserts = append(out[len(out)-1].inserts, lsn)
 		case *pglogrepl.CommitMessage:
@@ -151,7 +152,7 @@ func TestPlanTakeover(t *testing.T) {
 	before := e.confirmed(t)
 
 	// It had sent T2 whole: walbox starts after T2.
-	p, err := e.plan(t, debezium.Offset{LSN: t2.inserts[2], LSNProc: t2.inserts[2], LSNCommit: t1.end, TxID: int64(t2.xid)})
+	p, err := e.plan(t, debezium.Offset{LSN: t2.inserts[2], LSNProc: t2.inserts[2], LSNCommit: t1.end, TxID: int64(t2.xid), MessageType: "INSERT"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestPlanTakeover(t *testing.T) {
 		t.Errorf("whole T2: plan %+v, want start %s", p, t2.end)
 	}
 	// It had sent 2 of T2's 3 events: walbox streams T2 and skips those 2.
-	p, err = e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNProc: t2.inserts[1], LSNCommit: t1.end, TxID: int64(t2.xid)})
+	p, err = e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNProc: t2.inserts[1], LSNCommit: t1.end, TxID: int64(t2.xid), MessageType: "INSERT"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func TestPlanTakeoverSlotAheadInsideTransaction(t *testing.T) {
 	// Confirmed at T1's end, while the stored offset still names T1's
 	// start (an older flush of the same stream).
 	e.advance(t, t1.end)
-	p, err := e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNCommit: t1.inserts[0], TxID: int64(t2.xid)})
+	p, err := e.plan(t, debezium.Offset{LSN: t2.inserts[1], LSNCommit: t1.inserts[0], TxID: int64(t2.xid), MessageType: "INSERT"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,13 +128,10 @@ func runTakeover(t *testing.T, kill bool) {
 		// offsets topic: the plan read from there is the same.
 		checkOffsetsTopicPlan(ctx, t, broker.Addrs(), env, c.OffsetsFile(), out)
 	}
-	// Debezium stopped inside a transaction: the inserts of it up to the
-	// offset's lsn are streamed but not sent again.
-	var skip skipped
-	if m := regexp.MustCompile(`stored offset: lsn (\S+),`).FindStringSubmatch(out); m != nil && strings.Contains(out, "streamed but not sent again") {
-		skip.upTo, _ = pglogrepl.ParseLSN(m[1])
-		fmt.Sscanf(out[strings.Index(out, "events of transaction ")+len("events of transaction "):], "%d", &skip.xid)
-	}
+	// Debezium stopped inside a transaction: the inserts of it before the
+	// offset's lsn, and the first of those at it, are streamed but not
+	// sent again.
+	skip := parseSkipped(t, out)
 
 	p := startWalboxCmd(t, env, append([]string{"migrate-from-debezium"}, offsetsArg...)...)
 	waitUntil(ctx, t, 2*time.Minute, "walbox to take over", func() bool {
@@ -190,7 +187,7 @@ func checkTakeover(t *testing.T, written []outboxtest.Event, got []outboxtest.Re
 	isSkipped := map[string]bool{}
 	for id, w := range wal {
 		commitEnd[id] = w.commitEnd
-		isSkipped[id] = skip.xid != 0 && w.xid == skip.xid && w.lsn <= skip.upTo
+		isSkipped[id] = skip.covers(w)
 	}
 	byID := map[string]outboxtest.Event{}
 	for _, e := range written {
@@ -330,16 +327,45 @@ func endOffsets(ctx context.Context, t *testing.T, brokers []string) map[string]
 }
 
 // skipped names the events of Debezium's last transaction that the plan
-// says are streamed but not sent again.
+// says are streamed but not sent again: its inserts before upTo and the
+// first atUpTo of those at upTo.
 type skipped struct {
-	xid  uint32
-	upTo pglogrepl.LSN
+	xid    uint32
+	upTo   pglogrepl.LSN
+	atUpTo int
+}
+
+var skippedLine = regexp.MustCompile(`events of transaction (\d+) that Debezium had sent, streamed but not sent again: \d+ \(its inserts before (\S+) and the first (\d+) at it\)`)
+
+// parseSkipped reads the skipped events from a dry run's plan.
+func parseSkipped(t *testing.T, plan string) skipped {
+	t.Helper()
+	var s skipped
+	m := skippedLine.FindStringSubmatch(plan)
+	if m == nil {
+		if strings.Contains(plan, "streamed but not sent again") {
+			t.Fatalf("the plan's skipped events are not in the expected form:\n%s", plan)
+		}
+		return s
+	}
+	fmt.Sscanf(m[1], "%d", &s.xid)
+	fmt.Sscanf(m[3], "%d", &s.atUpTo)
+	var err error
+	if s.upTo, err = pglogrepl.ParseLSN(m[2]); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s skipped) covers(w walPos) bool {
+	return s.xid != 0 && w.xid == s.xid && (w.lsn < s.upTo || w.lsn == s.upTo && w.ordAtLSN < s.atUpTo)
 }
 
 // walPos is where an event is in the WAL.
 type walPos struct {
 	xid       uint32
 	lsn       pglogrepl.LSN // the insert
+	ordAtLSN  int           // how many inserts of its transaction precede it at lsn (the rows of a COPY share one)
 	commitEnd pglogrepl.LSN // the end of its transaction's commit record
 }
 
@@ -375,8 +401,12 @@ func witnessCommits(ctx context.Context, t *testing.T, conn *pgx.Conn) map[strin
 			pending, xid = pending[:0], m.Xid
 		case *pglogrepl.InsertMessage:
 			id := string(m.Tuple.Columns[0].Data) // id is the first column
+			ord := 0
+			if len(pending) > 0 && out[pending[len(pending)-1]].lsn == lsn {
+				ord = out[pending[len(pending)-1]].ordAtLSN + 1
+			}
 			pending = append(pending, id)
-			out[id] = walPos{xid: xid, lsn: lsn}
+			out[id] = walPos{xid: xid, lsn: lsn, ordAtLSN: ord}
 		case *pglogrepl.CommitMessage:
 			for _, id := range pending {
 				p := out[id]

@@ -96,6 +96,10 @@ type Monitor struct {
 	// recovery); zero otherwise. Lag counts from it: a lag that cannot be
 	// measured is reported as growing, never as a healthy 0.
 	blindSince time.Time
+	// heldBack mirrors waiting for other goroutines (/readyz), with the
+	// inactive standby slots named then.
+	heldBack      bool
+	heldBackSlots string
 }
 
 // New builds a Monitor for slot. cc is an ordinary (not replication)
@@ -317,6 +321,7 @@ func (m *Monitor) observeStandbyWait(waiting bool, standbysDown string) {
 		m.waitTicks = 0
 		if m.waiting {
 			m.waiting = false
+			m.setHeldBack(false, "")
 			m.standbyGap.Set(0)
 			m.log.Info("the server no longer holds logical changes back for a standby", "slot", m.slot)
 		}
@@ -327,10 +332,28 @@ func (m *Monitor) observeStandbyWait(waiting bool, standbysDown string) {
 		return
 	}
 	m.waiting = true
+	m.setHeldBack(true, standbysDown)
 	m.standbyGap.Set(1)
 	m.log.Warn("the server holds the slot's logical changes back until a standby listed in synchronized_standby_slots confirms them (its walsender waits on WaitForStandbyConfirmation): walbox receives nothing meanwhile. "+
 		"Bring the standby back, or remove its physical slot from synchronized_standby_slots on the primary (ALTER SYSTEM SET synchronized_standby_slots = ...; SELECT pg_reload_conf()), accepting that a failover to it may then erase events walbox has sent",
 		"slot", m.slot, "standby_slots_inactive", standbysDown)
+}
+
+func (m *Monitor) setHeldBack(held bool, slots string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.heldBack, m.heldBackSlots = held, slots
+}
+
+// WaitingForStandby reports what walbox_slot_waiting_for_standby shows:
+// whether the server holds the slot's logical changes back until a
+// standby listed in synchronized_standby_slots confirms them, and the
+// listed slots that were inactive then (comma-separated, maybe empty).
+// Safe for concurrent use.
+func (m *Monitor) WaitingForStandby() (bool, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.heldBack, m.heldBackSlots
 }
 
 // walStatuses are the values of pg_replication_slots.wal_status.

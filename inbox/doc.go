@@ -11,23 +11,72 @@
 // inbox table inside the same database transaction as the event's effect,
 // so the effect and "this event was applied" commit together or not at all.
 //
-// Usage, a whole poll in one transaction:
+// Usage, a whole poll in one transaction (the code of the package's Example,
+// which internal/doccheck compares with this):
 //
-//	ib, err := inbox.New(inbox.Config{Consumer: "billing"})
-//	...
-//	fetches := cl.PollFetches(ctx)
-//	_, err = ib.ProcessBatch(ctx, db, fetches.Records(), func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
-//		_, err := tx.Exec(ctx, `UPDATE account SET balance = balance + $1 WHERE id = $2`, amount(rec), id(rec))
-//		return err
-//	})
+//	ib, err := inbox.New(inbox.Config{Consumer: "billing"}) // header event_id, table public.walbox_inbox
 //	if err != nil {
-//		// Nothing of the batch is committed. Never poll on (the next
-//		// batch's offsets would cover this one): stop and restart the
-//		// client without committing, and the group resumes from the
-//		// committed offsets; the inbox skips what was applied.
-//		return err
+//		log.Fatal(err)
 //	}
-//	err = cl.CommitRecords(ctx, fetches.Records()...) // only after ProcessBatch returned nil
+//	if err := ib.Migrate(ctx, db); err != nil { // or psql -f each of inbox/migrations/*.sql, in order
+//		log.Fatal(err)
+//	}
+//	cl, err := kgo.NewClient(
+//		kgo.SeedBrokers("kafka:9092"),
+//		kgo.ConsumerGroup("billing"),
+//		kgo.ConsumeTopics("outbox.event.order"),
+//		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // with walbox --delivery exactly-once
+//		// Offsets are committed by CommitRecords below, only after
+//		// ProcessBatch's COMMIT: franz-go's default autocommit would
+//		// also commit those of a batch that failed.
+//		kgo.DisableAutoCommit(),
+//	)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer cl.Close()
+//	for {
+//		fetches := cl.PollFetches(ctx)
+//		if err := fetches.Err0(); err != nil {
+//			log.Fatal(err)
+//		}
+//		recs := fetches.Records() // a whole poll in one database transaction
+//		applied, err := ib.ProcessBatch(ctx, db, recs, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
+//			var order struct {
+//				Customer   string `json:"customer"`
+//				TotalCents int64  `json:"total_cents"`
+//			}
+//			if err := json.Unmarshal(rec.Value, &order); err != nil {
+//				return err
+//			}
+//			_, err := tx.Exec(ctx, `UPDATE balance SET cents = cents - $1 WHERE customer = $2`, order.TotalCents, order.Customer)
+//			return err
+//		})
+//		var failed *inbox.HandlerError
+//		switch {
+//		case errors.Is(err, inbox.ErrMissingEventID):
+//			// Not a record the inbox can deduplicate (see the package
+//			// documentation): fix the producer or Config.Header. Stopping
+//			// here keeps its offset uncommitted, never skipped.
+//			log.Fatal(err)
+//		case errors.As(err, &failed):
+//			// Nothing of the poll committed. Restart without committing
+//			// (never poll on: the next batch's commit would cover this
+//			// one): the records come again, from the first, and the inbox
+//			// applies each at most once. (A record that can never succeed
+//			// needs a decision of its own, such as a dead-letter table.)
+//			log.Fatalf("offset %d: %v", failed.Record.Offset, err)
+//		case err != nil:
+//			// Nothing committed (or, on a commit lost with the connection,
+//			// perhaps all of it): restart, as above.
+//			log.Fatal(err)
+//		}
+//		log.Printf("%d records, %d applied now", len(recs), count(applied))
+//		// Only now, after ProcessBatch's COMMIT.
+//		if err := cl.CommitRecords(ctx, recs...); err != nil {
+//			log.Fatal(err)
+//		}
+//	}
 //
 // ProcessBatch records every id of the batch with one INSERT … ON CONFLICT
 // DO NOTHING, calls the handler only for the events that were new, and

@@ -25,6 +25,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close(ctx)
+	// The consumer snippets of docs/delivery.md and of the package
+	// documentation are this code, from here to the end of the loop
+	// (internal/doccheck compares them).
 	ib, err := inbox.New(inbox.Config{Consumer: "billing"}) // header event_id, table public.walbox_inbox
 	if err != nil {
 		log.Fatal(err)
@@ -37,6 +40,9 @@ func Example() {
 		kgo.ConsumerGroup("billing"),
 		kgo.ConsumeTopics("outbox.event.order"),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), // with walbox --delivery exactly-once
+		// Offsets are committed by CommitRecords below, only after
+		// ProcessBatch's COMMIT: franz-go's default autocommit would
+		// also commit those of a batch that failed.
 		kgo.DisableAutoCommit(),
 	)
 	if err != nil {
@@ -48,7 +54,7 @@ func Example() {
 		if err := fetches.Err0(); err != nil {
 			log.Fatal(err)
 		}
-		recs := fetches.Records()
+		recs := fetches.Records() // a whole poll in one database transaction
 		applied, err := ib.ProcessBatch(ctx, db, recs, func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
 			var order struct {
 				Customer   string `json:"customer"`
@@ -68,10 +74,11 @@ func Example() {
 			// here keeps its offset uncommitted, never skipped.
 			log.Fatal(err)
 		case errors.As(err, &failed):
-			// Nothing of the poll committed. Restart: the records come
-			// again, from the first, and the inbox applies each at most
-			// once. (A record that can never succeed needs a decision of
-			// its own, such as a dead-letter table.)
+			// Nothing of the poll committed. Restart without committing
+			// (never poll on: the next batch's commit would cover this
+			// one): the records come again, from the first, and the inbox
+			// applies each at most once. (A record that can never succeed
+			// needs a decision of its own, such as a dead-letter table.)
 			log.Fatalf("offset %d: %v", failed.Record.Offset, err)
 		case err != nil:
 			// Nothing committed (or, on a commit lost with the connection,

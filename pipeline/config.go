@@ -3,8 +3,6 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -173,14 +171,15 @@ type Config struct {
 	// and keeps their changes in the spool until they commit (stream.go).
 	DisableStreaming bool
 	// SpoolDir is where streamed transactions wait for their commit, in a
-	// subdirectory per process; empty means "walbox-spool" in
-	// os.TempDir() ($TMPDIR, else /tmp), decided when the relay is built.
+	// subdirectory per process; empty means DefaultSpoolDir(),
+	// "walbox-spool-<uid>" in os.TempDir() ($TMPDIR, else /tmp), decided
+	// when the relay is built.
 	// It is disposable: a restart sends uncommitted transactions again.
 	SpoolDir string
 	// SpoolMaxBytes bounds the spool (1 GiB). A streamed transaction that
-	// does not fit ends the session (ErrSpoolFull); the next one speaks
-	// protocol version 1 until the server has sent that transaction whole
-	// (stream.go's unstreamable).
+	// does not fit ends the session (ErrSpoolFull), as does a spool that
+	// fails (ErrSpoolUnwritable); the next one speaks protocol version 1
+	// until that transaction ended (stream.go's unstreamable).
 	SpoolMaxBytes int64
 	// TxnPhase, when set, is called by the loop at each phase of a Kafka
 	// transaction: PhaseProduced, PhaseCommitted, PhaseConfirmed. It is a
@@ -250,7 +249,7 @@ func (c *Config) setDefaults() {
 		c.StateTopic = d.StateTopic
 	}
 	if c.SpoolDir == "" {
-		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
+		c.SpoolDir = DefaultSpoolDir()
 	}
 	positiveOr(&c.SpoolMaxBytes, d.SpoolMaxBytes)
 	if c.BackoffMax < c.BackoffMin {

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walbox/walbox/heartbeat"
 )
 
 // rows feeds inserts of the Postgres transaction being received, letting
@@ -380,5 +382,26 @@ func TestEOSSplitAfterASplitTransactionEnded(t *testing.T) {
 	second.finish(t)
 	if got, want := strings.Join(readCommitted(t, c, eosTopic), " "), "a1 p1 p2 p3 q1 q2 q3 q4"; got != want {
 		t.Fatalf("read_committed saw %q, want each row once: %q", got, want)
+	}
+}
+
+// TestEOSSplitCountLeavesOutHeartbeats: the split count covers the
+// inserts of the Postgres transaction and its transactional logical
+// decoding messages of every prefix but walbox's own heartbeat prefix
+// (walbox_heartbeat), which the loop observes before counting anything;
+// docs/delivery.md said "of any prefix".
+func TestEOSSplitCountLeavesOutHeartbeats(t *testing.T) {
+	c := eosCluster(t)
+	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionSplitRecords: 3}, 1)
+	el.wal(t, pgRelation(outboxRel, "public", "outbox"))
+	el.wal(t, pgBegin(0x2000, 2))
+	el.rows(t, "p1")
+	el.wal(t, pgMessage(true, 0x1100, heartbeat.Prefix, `{"sent_at":"2026-01-01T00:00:00Z"}`))
+	el.wal(t, pgMessage(true, 0x1200, "another-tool", "x"))
+	el.rows(t, "p2", "p3")
+	// Committed after p3: p1, the other tool's message, p2 and p3 are 4
+	// changes; the heartbeat is not one.
+	if got := el.eos.lastCommitted.Split; got != (SplitPosition{CommitLSN: 0x2000, Changes: 4}) {
+		t.Fatalf("split position %+v, want 4 changes of 0/2000 (p1, the other tool's message, p2, p3)", got)
 	}
 }

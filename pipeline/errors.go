@@ -97,11 +97,19 @@ func IsRetryable(err error) bool {
 		// already classified, anything else is the network.
 		return true
 	}
+	var lost *connectionLostError
+	if errors.Is(err, ErrSpoolUnwritable) && !errors.As(err, &lost) {
+		// A disk fault of the spool (ENOSPC, EACCES, EROFS, ENOTDIR,
+		// EMFILE) wraps a syscall.Errno, which passes for a net.Error:
+		// it is none. The loop turns it into a reconnect with protocol
+		// version 1 (unstreamable); one that reaches here came from
+		// where that cannot help.
+		return false
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
 		return true
 	}
-	var lost *connectionLostError
 	return errors.As(err, &lost)
 }
 

@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -143,15 +141,18 @@ type ReplayConfig struct {
 	// From is the --from value as given, for refusals.
 	From string
 	// DisableStreaming, SpoolDir and SpoolMaxBytes are as in Config: a
-	// streamed transaction waits in the spool until its commit.
+	// streamed transaction waits in the spool until its commit, and one
+	// the spool cannot hold is sent again with protocol version 1.
 	DisableStreaming bool
 	SpoolDir         string
 	SpoolMaxBytes    int64
 	// DryRun routes and counts the events without producing them.
 	DryRun bool
 	// ReceiveTimeout bounds the silence of the connection (30s; raised to
-	// the server's wal_sender_timeout). A replay cannot reconnect (its
-	// temporary slot goes with the connection), so it fails instead.
+	// the server's wal_sender_timeout). A replay cannot reconnect after a
+	// lost connection (its temporary slot goes with it), so it fails
+	// instead; it moves to a new connection only for a fallback to
+	// protocol version 1, from the live one (restart).
 	ReceiveTimeout time.Duration
 	// StatusInterval is how often the server is asked for its position
 	// (1s); that is how an idle stream finds its end.
@@ -235,9 +236,13 @@ func Replay(ctx context.Context, cfg ReplayConfig, producer Producer, rt Router,
 	if err != nil {
 		return res, err
 	}
+	var r *rangeReplay
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		if r != nil {
+			conn = r.conn // a restart moved to a new connection
+		}
 		_ = conn.Close(cctx) // a temporary slot still there goes with the session
 	}()
 	if err := checkTrailingSlot(ctx, conn, cfg.Slot); err != nil {
@@ -269,7 +274,7 @@ func Replay(ctx context.Context, cfg ReplayConfig, producer Producer, rt Router,
 	log.Info("replaying from a temporary copy of the trailing slot", "replay_slot", cfg.Slot, "temporary_slot", res.TempSlot,
 		"lsn", res.Start.String(), "end_lsn", current.String())
 
-	r := &rangeReplay{cfg: cfg, conn: conn, producer: producer, router: rt, log: log, res: &res,
+	r = &rangeReplay{cfg: cfg, conn: conn, producer: producer, router: rt, log: log, res: &res,
 		tables: Config{Tables: cfg.Tables}.tableSet(), dec: decoder.New(), current: current, started: time.Now()}
 	r.receiveTimeout = cfg.ReceiveTimeout
 	if wst, err := walSenderTimeout(ctx, conn); err == nil && wst > r.receiveTimeout {
@@ -284,14 +289,11 @@ func Replay(ctx context.Context, cfg ReplayConfig, producer Producer, rt Router,
 
 	// Streamed like walbox run, so a large transaction in the range does
 	// not spill on the primary either.
-	args, streams := Config{Publication: cfg.Publication, MessagePrefix: cfg.MessagePrefix, DisableStreaming: cfg.DisableStreaming}.
-		pluginArgs(serverMajor(conn.ParameterStatus("server_version")))
-	r.dec.SetStreaming(streams)
+	r.major = serverMajor(conn.ParameterStatus("server_version"))
 	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "walbox_replay_spool_bytes"}))
-	r.streamsSeen = map[uint32]bool{}
 	defer r.spool.close()
-	if err := pglogrepl.StartReplication(ctx, conn, res.TempSlot, 0, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
-		return res, fmt.Errorf("start replication on temporary slot %q: %w", res.TempSlot, err)
+	if err := r.startReplication(ctx, 0); err != nil {
+		return res, err
 	}
 	streamErr := r.stream(ctx)
 	// Whatever was produced is waited for, also after an error, so that
@@ -325,7 +327,7 @@ func (c *ReplayConfig) setDefaults() {
 		c.ProgressInterval = 5 * time.Second
 	}
 	if c.SpoolDir == "" {
-		c.SpoolDir = filepath.Join(os.TempDir(), "walbox-spool")
+		c.SpoolDir = DefaultSpoolDir()
 	}
 	if c.SpoolMaxBytes <= 0 {
 		c.SpoolMaxBytes = DefaultConfig().SpoolMaxBytes
@@ -434,6 +436,12 @@ type rangeReplay struct {
 	// relay (stream.go); streamsSeen are those whose first block came.
 	spool       *spool
 	streamsSeen map[uint32]bool
+	// major is the server's major version; unstream the transaction the
+	// replay speaks protocol version 1 for (0 when it streams), and
+	// unstreamOpen whether its Begin came (see restartFor).
+	major        int
+	unstream     uint32
+	unstreamOpen bool
 
 	mu     sync.Mutex
 	acked  map[string]int
@@ -491,7 +499,13 @@ func (r *rangeReplay) stream(ctx context.Context) error {
 		lastReceive = time.Now()
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
-			if err := r.handleCopyData(msg.Data); err != nil {
+			err := r.handleCopyData(msg.Data)
+			var rs *replayRestart
+			if errors.As(err, &rs) && !r.done {
+				err = r.restart(ctx, rs)
+				lastReceive = time.Now()
+			}
+			if err != nil && !errors.As(err, &rs) {
 				return err
 			}
 		case *pgproto3.ErrorResponse:
@@ -564,18 +578,9 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 			return fmt.Errorf("stream block of xid %d is not the transaction's first, but the replay never saw its first one; run the replay again", m.XID)
 		}
 		r.streamsSeen[m.XID] = true
-		if err := r.spool.start(m.XID, m.First); err != nil {
-			return fmt.Errorf("%w; run the replay again with --streaming=false, so that the server sends the transaction whole", err)
-		}
-		return nil
+		return r.restartFor(m.XID, r.spool.start(m.XID, m.First))
 	case *decoder.StreamChange:
-		if err := r.spool.append(m); err != nil {
-			if errors.Is(err, errStreamAmbiguous) {
-				return fmt.Errorf("%w; run the replay again with --streaming=false, so that the server sends the transaction whole", err)
-			}
-			return err
-		}
-		return nil
+		return r.restartFor(m.TopXID, r.spool.append(m))
 	case *decoder.StreamStop:
 		return nil
 	case *decoder.StreamAbort:
@@ -592,6 +597,119 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	return r.handleDecoded(msg)
 }
 
+// startReplication starts the temporary slot's stream at start (0: the
+// slot's position), with protocol version 1 while r.unstream is set and
+// streaming otherwise (unless --streaming=false).
+func (r *rangeReplay) startReplication(ctx context.Context, start pglogrepl.LSN) error {
+	args, streams := Config{Publication: r.cfg.Publication, MessagePrefix: r.cfg.MessagePrefix, DisableStreaming: r.cfg.DisableStreaming}.
+		sessionPluginArgs(r.major, r.unstream)
+	r.dec.Reset()
+	r.dec.SetStreaming(streams)
+	r.spool.reset()
+	r.streamsSeen = map[uint32]bool{}
+	r.unstreamOpen = false
+	if err := pglogrepl.StartReplication(ctx, r.conn, r.res.TempSlot, start, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		return fmt.Errorf("start replication on temporary slot %q from %s: %w", r.res.TempSlot, start, err)
+	}
+	return nil
+}
+
+// replayRestart asks the replay's loop to start the stream again from the
+// end of the last transaction handled: with protocol version 1 for xid
+// (cause says why), or streaming again (xid 0) once that transaction came.
+type replayRestart struct {
+	xid   uint32
+	cause error
+}
+
+func (e *replayRestart) Error() string {
+	if e.xid == 0 {
+		return "streaming again"
+	}
+	return fmt.Sprintf("protocol version 1 for transaction %d: %v", e.xid, e.cause)
+}
+
+// restartFor turns what makes walbox run fall back to protocol version 1
+// (stream.go's unstreamable: a rolled back subtransaction's messages the
+// stream cannot attribute, a transaction larger than --spool-max-bytes, a
+// spool that fails) into a restart of the stream with protocol version 1
+// for that transaction; other errors pass.
+func (r *rangeReplay) restartFor(xid uint32, err error) error {
+	if err == nil || !errors.Is(err, errStreamAmbiguous) && !errors.Is(err, ErrSpoolFull) && !errors.Is(err, ErrSpoolUnwritable) {
+		return err
+	}
+	return &replayRestart{xid: xid, cause: err}
+}
+
+// restart starts the stream again from the end of the last transaction
+// handled, where the server skips the transactions that committed before and
+// sends the one the restart is for (rs.xid) whole at its commit. A logical
+// START_REPLICATION cannot follow another on one connection (the server ends
+// the second at once), so the stream moves to a new connection and a new
+// temporary slot, copied from the current one once its stream ended: the
+// copy starts where the current one was confirmed, at or before the end of
+// the last transaction handled, and holds what follows. The replay speaks
+// protocol version 1 until that transaction's Commit, or to its end should
+// the transaction roll back: a replay ends, so that is bounded.
+func (r *rangeReplay) restart(ctx context.Context, rs *replayRestart) error {
+	if rs.xid != 0 {
+		r.log.Warn("starting the replay's stream again with protocol version 1 for this transaction, so that the server sends it whole at its commit",
+			"xid", rs.xid, "lsn", r.lastEnd.String(), "err", rs.cause)
+	} else {
+		r.log.Info("the transaction the replay spoke protocol version 1 for came whole; streaming again", "xid", r.unstream, "lsn", r.lastEnd.String())
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("start the replay's stream again (%v): %w; run the replay again", rs, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.receiveTimeout)
+	defer cancel()
+	if err := endCopy(dctx, r.conn); err != nil {
+		return fail(fmt.Errorf("end the replication stream of temporary slot %q: %w", r.res.TempSlot, err))
+	}
+	conn, err := connectReplication(ctx, r.cfg.ConnString)
+	if err != nil {
+		return fail(err)
+	}
+	slot := tempSlotName()
+	if _, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT pg_copy_logical_replication_slot(%s, %s, true)::text`,
+		quoteLiteral(r.res.TempSlot), quoteLiteral(slot))); err != nil {
+		_ = conn.Close(context.Background())
+		return fail(fmt.Errorf("copy temporary slot %q into %q (a replay that starts again needs one more free replication slot for a moment: check max_replication_slots): %w", r.res.TempSlot, slot, err))
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = r.conn.Close(cctx) // drops the old temporary slot
+	ccancel()
+	r.conn, r.res.TempSlot = conn, slot
+	r.unstream = rs.xid
+	return r.startReplication(ctx, r.lastEnd)
+}
+
+// endCopy ends a replication stream (START_REPLICATION's COPY) and reads
+// up to the server's ReadyForQuery, dropping what it still sent of the
+// stream: the connection can then run another command.
+func endCopy(ctx context.Context, conn *pgconn.PgConn) error {
+	// No read deadline left over from the stream's loop: ctx bounds it.
+	if err := conn.Conn().SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	conn.Frontend().Send(&pgproto3.CopyDone{})
+	if err := conn.Frontend().Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ReadyForQuery:
+			return nil
+		}
+	}
+}
+
 // replayStreamed hands on a committed streamed transaction from the spool
 // as Begin, its changes and Commit. Producing blocks when the client's
 // buffer is full, so reading it back at once keeps memory bounded.
@@ -604,10 +722,7 @@ func (r *rangeReplay) replayStreamed(c *decoder.StreamCommit) error {
 	r.res.Streamed++
 	rd, err := r.spool.open(c.XID)
 	if err != nil {
-		if errors.Is(err, errStreamAmbiguous) {
-			return fmt.Errorf("%w; run the replay again with --streaming=false, so that the server sends the transaction whole", err)
-		}
-		return err
+		return r.restartFor(c.XID, err)
 	}
 	begin, err := r.dec.BeginStreamed(c)
 	if err != nil {
@@ -622,7 +737,9 @@ func (r *rangeReplay) replayStreamed(c *decoder.StreamCommit) error {
 			break
 		}
 		if err != nil {
-			return err
+			// What went out of it goes out again: a replay's
+			// events may come twice, never be missing.
+			return r.restartFor(c.XID, err)
 		}
 		msg, err := r.dec.Decode(ch.LSN, ch.Data)
 		if err != nil {
@@ -653,6 +770,9 @@ func (r *rangeReplay) handleDecoded(msg decoder.Decoded) error {
 		}
 		r.inRange = r.cfg.Range.Contains(m.CommitLSN, m.CommitTime)
 		r.txnEvents = 0
+		if r.unstream != 0 && m.XID == r.unstream {
+			r.unstreamOpen = true
+		}
 	case *decoder.Insert:
 		if !r.inRange || !r.routes(m.Relation) {
 			return nil
@@ -675,6 +795,9 @@ func (r *rangeReplay) handleDecoded(msg decoder.Decoded) error {
 		}
 		r.inRange = false
 		r.lastEnd = m.EndLSN
+		if r.unstreamOpen {
+			return &replayRestart{}
+		}
 	}
 	return nil
 }

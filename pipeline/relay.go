@@ -170,7 +170,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		r.eos.safe = start
 	}
 	r.metrics.confirmedLSN.Set(float64(start))
-	attempt := 0
+	retry := reconnectSchedule{lo: r.cfg.BackoffMin, hi: r.cfg.BackoffMax}
 	var busySince time.Time
 	for {
 		streamed, err := r.session(ctx)
@@ -193,10 +193,10 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			return nil
 		}
 		if !fenced && !IsRetryable(err) && !isTxnAborted(err) {
-			return err
+			return explainSlotWALGone(err, r.cfg.Slot)
 		}
 		if streamed {
-			attempt = 0
+			retry.sessionLost(time.Now())
 		}
 		standby := fenced
 		if fenced {
@@ -244,10 +244,10 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		}
 		delay := r.cfg.StandbyRetry
 		if !standby {
-			delay = Backoff(attempt, r.cfg.BackoffMin, r.cfg.BackoffMax)
-			attempt++
+			var fast bool
+			delay, fast = retry.next(time.Now(), err)
 			r.log.Warn("replication session ended, reconnecting",
-				"err", err, "slot", r.cfg.Slot, "attempt", attempt, "retry_in", delay.String(),
+				"err", err, "slot", r.cfg.Slot, "attempt", retry.tries, "retry_in", delay.String(), "fast_retry", fast,
 				"confirmed_lsn", r.tracker.Confirmed().String())
 		}
 		t := time.NewTimer(delay)

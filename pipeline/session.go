@@ -97,6 +97,11 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 
 	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(),
 		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit, unstream: unstreamState{xid: unstream}}
+	if unstream != 0 {
+		var stop func()
+		l.unstream.watch, stop = r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
+		defer stop()
+	}
 	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
 	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
 	err = l.run(ctx)
@@ -207,7 +212,7 @@ func (l *loop) run(ctx context.Context) error {
 			continue
 		}
 		if l.unstreamDone() {
-			return &connectionLostError{err: fmt.Errorf("xid %d arrived whole with protocol version 1; reconnecting to stream again", l.unstream.xid)}
+			return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", l.unstream.xid)}
 		}
 		if l.replay != nil {
 			// A committed streamed transaction is handed on before
@@ -374,7 +379,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 			return l.outboxUpdate(m.Relation, walStart)
 		}
 	case *decoder.Commit:
-		l.unstreamCommit()
+		l.unstreamCommit(m.EndLSN)
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
 			l.txn = nil
@@ -468,7 +473,7 @@ func (l *loop) handleMessage(m *decoder.Message, key replayKey) error {
 		return nil
 	}
 	l.log.Warn("malformed outbox message routed to the dead-letter topic", "lsn", m.LSN.String(), "xid", m.XID, "err", err)
-	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, err.Error())
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, m.CommitTime, err.Error())
 	im := &inflightRecord{txn: l.txn, key: key, lsn: m.LSN, xid: m.XID, prefix: m.Prefix, commitTime: m.CommitTime, deadLetter: true}
 	rec, err = l.checkSize(rec, im)
 	if err != nil {
@@ -521,7 +526,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	reason := fmt.Sprintf("outbox message at %s with prefix %q is not transactional: %s", m.LSN, m.Prefix, advice)
 	l.log.Warn("non-transactional outbox message routed to the dead-letter topic",
 		"lsn", m.LSN.String(), "prefix", m.Prefix, "dead_letter_topic", l.cfg.DeadLetterTopic)
-	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, reason)
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, time.Time{}, reason)
 	txn := l.txn
 	standalone := txn == nil
 	if standalone {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,14 +21,35 @@ import (
 )
 
 // ErrSpoolFull is returned (wrapped) when a streamed transaction does not fit
-// in Config.SpoolMaxBytes. It is permanent: the same transaction comes again
-// after a restart, so the limit or the disk must change first. Nothing is
-// dropped and nothing past the transaction is confirmed.
+// in Config.SpoolMaxBytes. Streaming cannot deliver it (the same transaction
+// comes again after a restart), so the relay sends it again with protocol
+// version 1 (stream.go's unstreamable). Nothing is dropped and nothing past
+// the transaction is confirmed.
 var ErrSpoolFull = errors.New("spool full")
 
 // ErrSpoolUnwritable is returned (wrapped) when the spool directory cannot be
-// created, locked or written.
+// created, locked, written or read back (a full disk, a read-only mount,
+// permissions, too many open files). The relay does not stop on it: like a
+// full spool, it sends the transaction again with protocol version 1
+// (stream.go's unstreamable), counted in walbox_spool_errors_total. It is no
+// network error: IsRetryable reports false for it when it is not turned
+// into such a reconnect.
 var ErrSpoolUnwritable = errors.New("spool directory not writable")
+
+// DefaultSpoolDir returns the spool directory used when none is given:
+// "walbox-spool-<uid>" in os.TempDir() ($TMPDIR, else /tmp). One per user, so
+// that users of one host do not share (or block) one another's spool; walbox
+// creates it with mode 0700 and refuses it when another user owns it.
+func DefaultSpoolDir() string {
+	return filepath.Join(os.TempDir(), "walbox-spool-"+strconv.Itoa(os.Getuid()))
+}
+
+// spoolLockTimeout bounds the wait for the spool directory's guard lock,
+// which a process holds only while it creates its subdirectory or removes a
+// dead one's: a process that holds it longer is stuck (or stopped), and
+// waiting for it without end would stop streaming without a word. The loop
+// goroutine waits, so the bound stays well below wal_sender_timeout.
+const spoolLockTimeout = 10 * time.Second
 
 // spool keeps the changes of streamed in-progress transactions on disk until
 // their Stream Commit, one file per top-level transaction, so that memory
@@ -46,6 +68,11 @@ var ErrSpoolUnwritable = errors.New("spool directory not writable")
 type spool struct {
 	parent string
 	limit  int64
+	// private is set for DefaultSpoolDir: walbox creates it, and it must
+	// be this user's alone.
+	private bool
+	// lockTimeout bounds the wait for the guard lock (spoolLockTimeout).
+	lockTimeout time.Duration
 	// dir is the process's own subdirectory, created on first use; lock
 	// holds the flock on it.
 	dir   string
@@ -56,6 +83,10 @@ type spool struct {
 }
 
 // spoolFile is one streamed transaction's changes.
+//
+// Its memory does not grow with the transaction: what resolve needs is kept
+// per subtransaction (bounded by maxTrackedSubXIDs), never per record or per
+// message; the records themselves are on disk.
 type spoolFile struct {
 	f    *os.File
 	w    *bufio.Writer
@@ -68,16 +99,31 @@ type spoolFile struct {
 	// position instead (see resolve). Since the top-level transaction's
 	// last change (ending at topEnd), first holds the offset of each
 	// subtransaction's first record and lastEnd the end of its last one,
-	// messages aside, msgs the offsets of the messages; dropped holds the
-	// offsets of the messages rolled back, and pending the subtransactions
-	// whose Stream Abort came since the last record or block.
+	// messages aside; segs cuts that stretch at each first record, and
+	// knows of the messages in each piece only the offset of the last;
+	// dropped holds the offset ranges whose messages were rolled back,
+	// and pending the subtransactions whose Stream Abort came since the
+	// last record or block.
 	first   map[uint32]int64
 	lastEnd map[uint32]int64
 	topEnd  int64 // end of the last change of the top-level transaction
-	msgs    []int64
-	dropped map[int64]bool
+	segs    []msgSeg
+	dropped []offsetRange
 	pending []uint32
 }
+
+// msgSeg is the stretch of a spool file from start (topEnd, or a
+// subtransaction's first record) to the next segment's start; last is the
+// offset of its last logical decoding message, -1 when it has none. A
+// rollback's cut is always a segment's start (resolve), so the messages of a
+// segment are rolled back all together or not at all, and only the last one
+// matters for the rest.
+type msgSeg struct {
+	start, last int64
+}
+
+// offsetRange is the offsets [from, to) of a spool file.
+type offsetRange struct{ from, to int64 }
 
 // maxTrackedSubXIDs bounds the subtransactions a spool file follows for
 // resolve since the last change of the top-level transaction (a PL/pgSQL
@@ -92,7 +138,10 @@ func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
 	off := f.size
 	switch {
 	case c.Kind == 'M':
-		f.msgs = append(f.msgs, off)
+		if len(f.segs) == 0 {
+			f.segs = append(f.segs, msgSeg{start: f.topEnd, last: -1})
+		}
+		f.segs[len(f.segs)-1].last = off
 		return
 	case c.Kind == 'O':
 		// Sent with a block's start, with no xid of its own.
@@ -103,7 +152,7 @@ func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
 		f.topEnd = off + n
 		clear(f.first)
 		clear(f.lastEnd)
-		f.msgs = f.msgs[:0]
+		f.segs = f.segs[:0]
 		return
 	}
 	if _, ok := f.lastEnd[c.XID]; !ok {
@@ -111,8 +160,25 @@ func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
 			return
 		}
 		f.first[c.XID] = off
+		f.segs = append(f.segs, msgSeg{start: off, last: -1})
 	}
 	f.lastEnd[c.XID] = off + n
+}
+
+// drop marks the messages in [from, to) as rolled back. A range is only ever
+// added up to the end of the file, so it covers every range from its start
+// on: dropped stays sorted and disjoint, one range per rollback at most.
+func (f *spoolFile) drop(from, to int64) {
+	i := len(f.dropped)
+	for i > 0 && f.dropped[i-1].from >= from {
+		i--
+	}
+	f.dropped = f.dropped[:i]
+	if i > 0 && f.dropped[i-1].to >= from {
+		f.dropped[i-1].to = to
+		return
+	}
+	f.dropped = append(f.dropped, offsetRange{from, to})
 }
 
 // errStreamAmbiguous is returned (wrapped) when a subtransaction of a
@@ -151,26 +217,28 @@ func (f *spoolFile) resolve(xid uint32) error {
 			bnd = end
 		}
 	}
-	kept := f.msgs[:0]
-	var unclear []int64
-	for _, o := range f.msgs {
-		switch {
-		case o >= cut:
-			if f.dropped == nil {
-				f.dropped = map[int64]bool{}
-			}
-			f.dropped[o] = true
-		case o >= bnd:
-			unclear = append(unclear, o)
-			kept = append(kept, o)
-		default:
-			kept = append(kept, o)
+	// Every cut is the first record of a tracked subtransaction, where a
+	// segment starts: the segments from it on hold the messages rolled
+	// back, those before it the messages kept.
+	i := len(f.segs)
+	for i > 0 && f.segs[i-1].start >= cut {
+		i--
+	}
+	for _, sg := range f.segs[i:] {
+		if sg.last >= 0 {
+			f.drop(cut, f.size)
+			break
 		}
 	}
-	f.msgs = kept
-	if len(unclear) > 0 {
-		return fmt.Errorf("%w: streamed transaction %d rolled back subtransaction(s) %v, and %d logical decoding message(s) before their first change may have been emitted in them",
-			errStreamAmbiguous, xid, pending, len(unclear))
+	f.segs = f.segs[:i]
+	for j := len(f.segs) - 1; j >= 0; j-- {
+		if last := f.segs[j].last; last >= 0 {
+			if last >= bnd {
+				return fmt.Errorf("%w: streamed transaction %d rolled back subtransaction(s) %v, and logical decoding message(s) before their first change may have been emitted in them",
+					errStreamAmbiguous, xid, pending)
+			}
+			break
+		}
 	}
 	return nil
 }
@@ -180,7 +248,94 @@ func (f *spoolFile) resolve(xid uint32) error {
 const spoolHeaderLen = 4 + 4 + 8
 
 func newSpool(parent string, limit int64, gauge prometheus.Gauge) *spool {
-	return &spool{parent: parent, limit: limit, files: map[uint32]*spoolFile{}, gauge: gauge}
+	return &spool{parent: parent, limit: limit, files: map[uint32]*spoolFile{}, gauge: gauge,
+		private: parent == DefaultSpoolDir(), lockTimeout: spoolLockTimeout}
+}
+
+// checkPrivate refuses DefaultSpoolDir when it is not this user's own
+// directory (another user created it, or it is a symbolic link), and takes
+// the group's and others' access away: the default lies in a directory
+// every user of the host can write.
+func (s *spool) checkPrivate() error {
+	if !s.private {
+		return nil
+	}
+	fi, err := os.Lstat(s.parent)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory (a symbolic link, say), so another user may control it; remove it, or set --spool-dir to a directory of your own", s.parent)
+	case ok && int(st.Uid) != os.Getuid():
+		return fmt.Errorf("%s belongs to uid %d, not to walbox's uid %d; remove it, or set --spool-dir to a directory of your own", s.parent, st.Uid, os.Getuid())
+	case fi.Mode().Perm()&0o077 != 0:
+		if err := os.Chmod(s.parent, 0o700); err != nil {
+			return fmt.Errorf("take the group's and others' access to %s away: %w", s.parent, err)
+		}
+	}
+	return nil
+}
+
+// lockGuard takes the exclusive flock of the spool directory's guard file,
+// waiting at most s.lockTimeout.
+func (s *spool) lockGuard() (*os.File, error) {
+	path := filepath.Join(s.parent, ".walbox-spool.lock")
+	guard, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(s.lockTimeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := syscall.Flock(int(guard.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return guard, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			guard.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			holder := lockHolder(guard)
+			guard.Close()
+			return nil, fmt.Errorf("lock %s: held for more than %s by %s, which takes it only while it sets up its own spool; stop that process if it hangs, or give this walbox another --spool-dir",
+				path, s.lockTimeout, holder)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// lockHolder names the process holding a flock on f, as /proc/locks tells
+// (Linux); "another process" when it cannot tell.
+func lockHolder(f *os.File) string {
+	fi, err := f.Stat()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if err != nil || !ok {
+		return "another process"
+	}
+	data, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return "another process"
+	}
+	// "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF": pid, then
+	// major:minor:inode.
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[1] != "FLOCK" {
+			continue
+		}
+		dev := strings.Split(fields[5], ":")
+		if len(dev) != 3 || dev[2] != strconv.FormatUint(st.Ino, 10) {
+			continue
+		}
+		pid := fields[4]
+		if cmd, err := os.ReadFile("/proc/" + pid + "/comm"); err == nil {
+			return "process " + pid + " (" + strings.TrimSpace(string(cmd)) + ")"
+		}
+		return "process " + pid
+	}
+	return "another process"
 }
 
 // ensureDir creates the process's subdirectory, removing those of dead
@@ -192,17 +347,17 @@ func (s *spool) ensureDir() error {
 	if err := os.MkdirAll(s.parent, 0o700); err != nil {
 		return s.unwritable(err)
 	}
+	if err := s.checkPrivate(); err != nil {
+		return s.unwritable(err)
+	}
 	// Held while removing the dead and creating and locking this one's
 	// subdirectory: between its creation and its flock a subdirectory
 	// looks dead to a process starting at the same time.
-	guard, err := os.OpenFile(filepath.Join(s.parent, ".walbox-spool.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	guard, err := s.lockGuard()
 	if err != nil {
 		return s.unwritable(err)
 	}
 	defer guard.Close() // releases the flock
-	if err := syscall.Flock(int(guard.Fd()), syscall.LOCK_EX); err != nil {
-		return s.unwritable(fmt.Errorf("lock %s: %w", guard.Name(), err))
-	}
 	s.removeDead()
 	dir, err := os.MkdirTemp(s.parent, "walbox-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
@@ -227,17 +382,14 @@ func (s *spool) ensureDir() error {
 // streamed transaction, which may never come. Failures are ignored, as in
 // removeDead; a directory that does not exist holds nothing.
 func (s *spool) cleanup() {
-	if _, err := os.Stat(s.parent); err != nil {
+	if _, err := os.Stat(s.parent); err != nil || s.checkPrivate() != nil {
 		return
 	}
-	guard, err := os.OpenFile(filepath.Join(s.parent, ".walbox-spool.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	guard, err := s.lockGuard()
 	if err != nil {
 		return
 	}
 	defer guard.Close()
-	if syscall.Flock(int(guard.Fd()), syscall.LOCK_EX) != nil {
-		return
-	}
 	s.removeDead()
 }
 
@@ -388,7 +540,7 @@ func (s *spool) open(xid uint32) (*spoolReader, error) {
 	if _, err := f.f.Seek(0, io.SeekStart); err != nil {
 		return nil, s.unwritable(err)
 	}
-	return &spoolReader{r: bufio.NewReaderSize(f.f, 64<<10), aborted: f.aborted, dropped: f.dropped, top: xid}, nil
+	return &spoolReader{r: bufio.NewReaderSize(f.f, 64<<10), aborted: f.aborted, dropped: f.dropped, top: xid, dir: s.parent}, nil
 }
 
 // reset drops every transaction: a new session sends them again.
@@ -417,9 +569,12 @@ func (s *spool) path(xid uint32) string {
 type spoolReader struct {
 	r       *bufio.Reader
 	aborted map[uint32]bool
-	dropped map[int64]bool // offsets of rolled back messages (spoolFile.resolve)
+	// dropped holds the offset ranges of rolled back messages
+	// (spoolFile.resolve), sorted; the ones before off are skipped.
+	dropped []offsetRange
 	off     int64
 	top     uint32
+	dir     string // --spool-dir, for errors
 	buf     []byte
 	change  decoder.StreamChange
 }
@@ -433,7 +588,7 @@ func (sr *spoolReader) next() (*decoder.StreamChange, error) {
 			if err == io.EOF {
 				return nil, io.EOF
 			}
-			return nil, fmt.Errorf("read back streamed transaction %d from the spool: %w", sr.top, err)
+			return nil, sr.readErr(err)
 		}
 		n := int(binary.BigEndian.Uint32(hdr[0:]))
 		if cap(sr.buf) < n {
@@ -441,7 +596,7 @@ func (sr *spoolReader) next() (*decoder.StreamChange, error) {
 		}
 		sr.buf = sr.buf[:n]
 		if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
-			return nil, fmt.Errorf("read back streamed transaction %d from the spool: %w", sr.top, err)
+			return nil, sr.readErr(err)
 		}
 		sr.change = decoder.StreamChange{
 			TopXID: sr.top, XID: binary.BigEndian.Uint32(hdr[4:]),
@@ -452,9 +607,23 @@ func (sr *spoolReader) next() (*decoder.StreamChange, error) {
 		}
 		off := sr.off
 		sr.off += int64(spoolHeaderLen + n)
-		if sr.change.Aborted(sr.aborted) || sr.dropped[off] {
+		if sr.change.Aborted(sr.aborted) || sr.change.Kind == 'M' && sr.droppedAt(off) {
 			continue
 		}
 		return &sr.change, nil
 	}
+}
+
+// droppedAt reports whether the message at off was rolled back; offsets
+// come in increasing order.
+func (sr *spoolReader) droppedAt(off int64) bool {
+	for len(sr.dropped) > 0 && sr.dropped[0].to <= off {
+		sr.dropped = sr.dropped[1:]
+	}
+	return len(sr.dropped) > 0 && sr.dropped[0].from <= off
+}
+
+func (sr *spoolReader) readErr(err error) error {
+	return fmt.Errorf("%w: read back streamed transaction %d from the spool in %s (--spool-dir): %w; check the disk behind it",
+		ErrSpoolUnwritable, sr.top, sr.dir, err)
 }

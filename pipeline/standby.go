@@ -16,6 +16,10 @@ func (r *Relay) Standby() bool { return r.standby.Load() }
 // enterStandby marks the relay as standby after START_REPLICATION found the
 // slot busy; it logs once per period of standing by, not per retry.
 func (r *Relay) enterStandby(err error) {
+	// A standby may wait for hours: what the lost session spooled (up to
+	// --spool-max-bytes) would only be sent again from its start by the
+	// next session, so it goes now, with the subdirectory and its lock.
+	r.spool.close()
 	if r.standby.Swap(true) {
 		return
 	}

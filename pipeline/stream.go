@@ -1,12 +1,17 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -47,6 +52,7 @@ type streamMetrics struct {
 	aborts       *prometheus.CounterVec
 	spoolBytes   prometheus.Gauge
 	unstreamed   prometheus.Counter
+	spoolErrors  prometheus.Counter
 }
 
 func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
@@ -62,7 +68,11 @@ func newStreamMetrics(reg prometheus.Registerer) *streamMetrics {
 		}, []string{"scope"}),
 		unstreamed: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_streamed_unstreamed_total",
-			Help: "Streamed transactions sent again with protocol version 1 after a reconnect: a rolled back subtransaction left logical decoding messages the stream does not attribute, or the transaction did not fit in --spool-max-bytes.",
+			Help: "Streamed transactions sent again with protocol version 1 after a reconnect: a rolled back subtransaction left logical decoding messages the stream does not attribute, the transaction did not fit in --spool-max-bytes, or the spool failed.",
+		}),
+		spoolErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_spool_errors_total",
+			Help: "Spool directory (--spool-dir) failures: it could not be created, locked, written or read back (a full disk, a read-only mount, permissions, too many open files). Each sends the transaction again with protocol version 1; walbox goes on.",
 		}),
 		spoolBytes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "walbox_spool_bytes",
@@ -135,22 +145,31 @@ func (c Config) sessionPluginArgs(major int, unstream uint32) (args []string, st
 	return c.pluginArgs(major)
 }
 
-// unstreamState follows the transaction a session speaks protocol version
-// 1 for. A streamed transaction that rolled back a subtransaction may hold
-// logical decoding messages the stream does not attribute to a
+// unstreamState follows the transaction X a session speaks protocol
+// version 1 for. A streamed transaction that rolled back a subtransaction
+// may hold logical decoding messages the stream does not attribute to a
 // subtransaction (errStreamAmbiguous): the server tags every message with
 // the top-level xid. Handing it on could publish a rolled back message, or
 // drop a committed one, and change the split count of exactly-once
-// (eos_split.go). Instead the session ends, and the next one speaks
-// protocol version 1 from the confirmed position, where the server decodes
-// that one transaction whole at its commit, as before streaming; once it
-// is handed on and acknowledged (with exactly-once: its Kafka transaction
-// committed), the session ends again to stream. Should the transaction
-// roll back, nothing of it comes and the next reconnect streams again.
+// (eos_split.go). A transaction may also not fit in the spool, or the spool
+// may fail. In each case the session ends, and the next one speaks protocol
+// version 1 from the confirmed position, where the server decodes X whole
+// at its commit, as before streaming.
+//
+// Protocol version 1 is the session's, so it holds for every transaction
+// until X ends, however X ends: once X's Commit is handled, or once the
+// server says X is over (xactEnd: it rolled back, or it held nothing for
+// walbox, so that PostgreSQL 15+ sends neither its Begin nor its Commit),
+// and once the position a new session would start from is past X's end
+// (X can then not come again), the session ends again to stream. Traffic
+// around X does not hold this back: what is in flight is waited for, or
+// sent again and deduplicated, as after any reconnect.
 type unstreamState struct {
-	xid  uint32
-	open bool // its Begin was handled, not its Commit
-	done bool // its Commit was handled
+	xid   uint32
+	open  bool          // its Begin was handled, not its Commit
+	done  bool          // its Commit was handled
+	end   pglogrepl.LSN // the end of its Commit, once done
+	watch *xactEnd      // whether the server finished X; nil in unit tests
 }
 
 func (l *loop) unstreamBegin(xid uint32) {
@@ -159,39 +178,189 @@ func (l *loop) unstreamBegin(xid uint32) {
 	}
 }
 
-func (l *loop) unstreamCommit() {
+func (l *loop) unstreamCommit(end pglogrepl.LSN) {
 	if l.unstream.open {
-		l.unstream.open, l.unstream.done = false, true
+		l.unstream.open, l.unstream.done, l.unstream.end = false, true, end
 		l.log.Info("streamed transaction sent whole with protocol version 1", "xid", l.unstream.xid)
 	}
 }
 
 // unstreamDone reports whether the session can end to stream again: the
-// transaction it was for is handed on and Kafka acknowledged all of it.
+// transaction it was for ended, the position the next session starts from
+// is past its end, and no transaction is half handed on.
 func (l *loop) unstreamDone() bool {
-	return l.unstream.done && l.replay == nil && !l.dec.InTransaction() && l.tracker.Idle() &&
-		(l.eos == nil || (!l.eos.open && l.eos.committing == nil && len(l.eos.queue) == 0))
+	if l.unstream.xid == 0 || l.unstream.open {
+		return false
+	}
+	target := l.unstream.end
+	if !l.unstream.done {
+		if l.unstream.watch == nil {
+			return false
+		}
+		if target = l.unstream.watch.end(); target == 0 {
+			return false
+		}
+	}
+	if l.replay != nil || l.dec.InTransaction() ||
+		(l.eos != nil && (l.eos.open || l.eos.committing != nil || len(l.eos.queue) > 0)) {
+		return false
+	}
+	return l.resumePosition() >= target
 }
 
-// unstreamable turns errStreamAmbiguous of streamed transaction xid, and
-// ErrSpoolFull, into a reconnect with protocol version 1 (unstreamState);
-// other errors pass. A transaction larger than --spool-max-bytes is thus
-// delivered as before streaming (the server keeps it, spilling to its own
-// disk, and sends it at its commit) instead of stopping walbox for good:
-// the same transaction would fill the spool again after every restart.
+// resumePosition is where a new session would start: what Kafka
+// acknowledged (at least once) or committed (exactly once).
+func (l *loop) resumePosition() pglogrepl.LSN {
+	if l.eos != nil {
+		return l.eos.safe
+	}
+	return l.tracker.Confirmed()
+}
+
+// unstreamable turns errStreamAmbiguous of streamed transaction xid,
+// ErrSpoolFull and ErrSpoolUnwritable into a reconnect with protocol
+// version 1 (unstreamState); other errors pass. A transaction larger than
+// --spool-max-bytes, or one the spool cannot hold (a full disk, a read-only
+// mount, permissions), is thus delivered as before streaming (the server
+// keeps it, spilling to its own disk, and sends it at its commit) instead
+// of stopping walbox, or of reconnecting for ever: the same transaction
+// would fail the spool again after every restart. A spool fault costs
+// speed, not availability.
 func (l *loop) unstreamable(xid uint32, err error) error {
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, errStreamAmbiguous):
 		l.log.Warn("reconnecting with protocol version 1 so that the server sends the transaction whole at its commit", "xid", xid, "err", err)
 	case errors.Is(err, ErrSpoolFull):
 		l.log.Warn("the streamed transaction does not fit in the spool: reconnecting with protocol version 1, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
 			"raise --spool-max-bytes (with the disk space under --spool-dir) to stream transactions of this size", "xid", xid, "err", err)
+	case errors.Is(err, ErrSpoolUnwritable):
+		l.streamMetrics.spoolErrors.Inc()
+		l.log.Warn("the spool failed: reconnecting with protocol version 1 for this transaction, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
+			"fix the directory (free space, a writable mount, permissions) or point --spool-dir elsewhere to stream large transactions again", "xid", xid, "spool_dir", l.cfg.SpoolDir, "err", err)
 	default:
 		return err
 	}
 	l.unstreamXID = xid
 	l.streamMetrics.unstreamed.Inc()
 	return &connectionLostError{err: err}
+}
+
+// xactEnd tells whether a transaction ended, asked on an ordinary
+// connection (pg_xact_status): under protocol version 1 a transaction that
+// rolls back, or holds nothing the publication sends (PostgreSQL 15+ skips
+// an empty transaction's Begin and Commit), leaves no trace in the stream.
+// Safe for concurrent use: its goroutine publishes, the loop reads.
+type xactEnd struct {
+	lsn atomic.Uint64
+}
+
+// end returns a WAL position past the transaction's end record once it
+// ended, 0 before; unstreamBlind when the server could not be asked for
+// unstreamBlindAfter.
+func (w *xactEnd) end() pglogrepl.LSN { return pglogrepl.LSN(w.lsn.Load()) }
+
+// unstreamBlindAfter bounds a fallback whose transaction's status cannot be
+// read (a role that may not log in to the database, say): past it the
+// session ends to stream again all the same, so protocol version 1 is never
+// for good. Should the transaction still be open and undecidable, the
+// stream falls back again, once per bound at most. A variable for tests.
+var unstreamBlindAfter = 5 * time.Minute
+
+// unstreamBlind is the end xactEnd reports when it gave up asking: below
+// every position a session starts from.
+const unstreamBlind pglogrepl.LSN = 1
+
+// watchXactEnd starts asking every interval whether transaction xid ended;
+// stop ends the goroutine and waits for it.
+func (r *Relay) watchXactEnd(ctx context.Context, xid uint32, interval time.Duration) (w *xactEnd, stop func()) {
+	w = &xactEnd{}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
+		var failingSince time.Time
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			lsn, err := xactEnded(ctx, &conn, r.cfg.ConnString, xid)
+			if err == nil && lsn != 0 {
+				w.lsn.Store(uint64(lsn))
+				r.log.Info("the transaction protocol version 1 is spoken for ended on the server", "xid", xid, "lsn", lsn.String())
+				return
+			}
+			if err == nil {
+				failingSince = time.Time{}
+			}
+			if err != nil && ctx.Err() == nil {
+				switch {
+				case failingSince.IsZero():
+					// Its Commit, if it comes, still ends the fallback.
+					failingSince = time.Now()
+					r.log.Warn("cannot ask the server whether the transaction protocol version 1 is spoken for ended; retrying (grant the walbox role a login to the database, as for --standby)",
+						"xid", xid, "err", err, "stream_again_in", unstreamBlindAfter.String())
+				case time.Since(failingSince) > unstreamBlindAfter:
+					r.log.Warn("could not ask the server whether the transaction protocol version 1 is spoken for ended; streaming again all the same",
+						"xid", xid, "err", err, "for", time.Since(failingSince).Round(time.Second).String())
+					w.lsn.Store(uint64(unstreamBlind))
+					return
+				}
+			}
+			if err != nil && conn != nil {
+				conn.Close(context.Background())
+				conn = nil
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w, func() { cancel(); <-done }
+}
+
+// xactEnded returns, once transaction xid (a 32-bit xid of the last 2^31)
+// is no longer in progress, the server's WAL insert position read after
+// that: past X's commit or abort record. 0 while X runs.
+func xactEnded(ctx context.Context, conn **pgx.Conn, connString string, xid uint32) (pglogrepl.LSN, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if *conn == nil {
+		cfg, err := pgx.ParseConfig(connString)
+		if err != nil {
+			return 0, err
+		}
+		if _, ok := cfg.RuntimeParams["application_name"]; !ok {
+			cfg.RuntimeParams["application_name"] = "walbox"
+		}
+		if *conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+			return 0, err
+		}
+	}
+	// The full xid8 is the one of the last 2^32 below the next xid whose
+	// low 32 bits are xid. NULL means too old to be known: long over.
+	var status string
+	err := (*conn).QueryRow(ctx, `SELECT COALESCE(pg_xact_status((n - ((n - $1::bigint) % 4294967296 + 4294967296) % 4294967296)::text::xid8), 'forgotten')
+	FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS n) s`, int64(xid)).Scan(&status)
+	if err != nil {
+		return 0, fmt.Errorf("read the status of transaction %d: %w", xid, err)
+	}
+	if status == "in progress" {
+		return 0, nil
+	}
+	var pos string
+	if err := (*conn).QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END::text`).Scan(&pos); err != nil {
+		return 0, fmt.Errorf("read the server's WAL position: %w", err)
+	}
+	return pglogrepl.ParseLSN(pos)
 }
 
 // serverMajor reads the major version from the server_version parameter
@@ -292,7 +461,10 @@ func (l *loop) replayStep() error {
 			break
 		}
 		if err != nil {
-			return err
+			// Read back midway: the next session sends the
+			// transaction whole, and the dedup (or the Kafka
+			// transaction's abort) covers what went out.
+			return l.unstreamable(rp.commit.XID, err)
 		}
 		msg, err := l.dec.Decode(c.LSN, c.Data)
 		if err != nil {

@@ -358,6 +358,7 @@ func (r *Router) Route(ins *decoder.Insert) (Routed, error) {
 	}
 	rec := newRecord(n)
 	rec.Topic, rec.Key, rec.Value = w.topic, w.key, w.value
+	rec.Timestamp = ins.CommitTime
 	r.appendHeaders(rec, &w)
 	out := Routed{Record: rec}
 	if w.hasID {
@@ -496,7 +497,7 @@ func (r *Router) invalid(ins *decoder.Insert, w *row) (Routed, error) {
 		w.members = nil
 	}
 	n := len(w.members) + 6
-	rec := &kgo.Record{Topic: r.cfg.DeadLetterTopic, Headers: make([]kgo.RecordHeader, 0, n)}
+	rec := &kgo.Record{Topic: r.cfg.DeadLetterTopic, Timestamp: ins.CommitTime, Headers: make([]kgo.RecordHeader, 0, n)}
 	if w.hasKey {
 		rec.Key = w.key
 	}

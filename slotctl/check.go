@@ -65,7 +65,7 @@ func Check(ctx context.Context, conn Querier, cfg Config) (Plan, error) {
 	case errors.Is(err, ErrPublicationNotFound):
 		switch {
 		case slotFound:
-			problems = append(problems, publicationUnderSlotError(r))
+			problems = append(problems, publicationUnderSlotError(ctx, conn, r))
 		case publicationMissingError(r) != nil:
 			problems = append(problems, publicationMissingError(r))
 		default:
@@ -113,6 +113,13 @@ func Check(ctx context.Context, conn Querier, cfg Config) (Plan, error) {
 			// problem is reported, and Ensure stops there.
 		default:
 			problems = append(problems, err)
+		}
+		if plan.CreateSlot && !r.failover {
+			// As createMissingSlot: Patroni would drop the slot.
+			if scope := PatroniScope(ctx, conn); scope != "" {
+				plan.CreateSlot = false
+				problems = append(problems, patroniCreateError(scope, r, err))
+			}
 		}
 	case err != nil:
 		return plan, err

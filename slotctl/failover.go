@@ -18,6 +18,16 @@ func FailoverWarnings(ctx context.Context, conn Querier, cfg Config) ([]string, 
 	if !cfg.Failover {
 		return nil, nil
 	}
+	if scope := PatroniScope(ctx, conn); scope != "" {
+		var failover bool
+		err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT to_jsonb(s)->>'failover' = 'true' FROM pg_catalog.pg_replication_slots s WHERE s.slot_name = $1), true)`, cfg.Slot).Scan(&failover)
+		if err != nil {
+			return nil, fmt.Errorf("slotctl: read slot %q: %w", cfg.Slot, err)
+		}
+		if !failover {
+			return []string{patroniFailoverWarning(scope, cfg.Slot)}, nil
+		}
+	}
 	var (
 		version    int
 		inRecovery bool

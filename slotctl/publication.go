@@ -94,7 +94,7 @@ func EnsurePublication(ctx context.Context, conn Querier, cfg Config) error {
 	pub, err := InspectPublication(ctx, conn, r.publication)
 	if errors.Is(err, ErrPublicationNotFound) {
 		if slotExists {
-			return publicationUnderSlotError(r)
+			return publicationUnderSlotError(ctx, conn, r)
 		}
 		if err := publicationMissingError(r); err != nil {
 			return err
@@ -160,14 +160,48 @@ func slotExists(ctx context.Context, conn Querier, slot string) (bool, error) {
 // was when each change was written, so on PostgreSQL 14 to 17 every change
 // between the slot's position and the new publication fails with
 // "publication does not exist", and only dropping the slot gets past it.
-func publicationUnderSlotError(r resolved) error {
+//
+// A slot that has decoded nothing yet (pg_stat_replication_slots) was
+// most likely created before the publication on purpose: Patroni creates
+// the permanent slots of its `slots:` configuration at bootstrap, before
+// any schema exists. Then the fix is the publication alone, and moving the
+// slot past it: a new slot would not survive a Patroni failover (Patroni
+// drops slots it does not manage on its replicas).
+func publicationUnderSlotError(ctx context.Context, conn Querier, r resolved) error {
+	create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+		pgx.Identifier{r.publication}.Sanitize(), tableList(r.tables, true))
+	cutOver := fmt.Sprintf("cut over to a NEW publication with a NEW slot: start walbox with --publication %s --slot %s (new names; it creates both; "+
+		"under Patroni declare the new slot in its slots: first and let Patroni create it), "+
+		"re-publish the outbox rows committed since the last event your consumers received (consumers deduplicate by event_id), "+
+		"then drop the old slot, which holds WAL back: `slotctl drop --slot %s`", newName(r.publication), newName(r.slot), r.slot)
+	if neverDecoded(ctx, conn, r.slot) {
+		return fmt.Errorf("%w: publication %q does not exist but slot %q does, and the slot has decoded no transaction yet "+
+			"(pg_stat_replication_slots.total_txns = 0): it was probably created before the publication, as Patroni creates the permanent slots of its slots: "+
+			"configuration at bootstrap. Create only the publication, as the owner of %s: %s; "+
+			"then, with walbox stopped, move the slot past it, so that no change written before the publication is decoded against it "+
+			"(on PostgreSQL 14 to 17 streaming would fail on such a change with \"publication does not exist\"): "+
+			"SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn()) (under Patroni, on the primary; Patroni moves its replicas' copies). "+
+			"Outbox rows committed before the publication existed are not streamed; re-publish any there are. "+
+			"walbox does not create the publication itself under an existing slot. "+
+			"If instead the publication was dropped under a slot that streamed (and its statistics were reset since), %s",
+			ErrPublicationNotFound, r.publication, r.slot, tableList(r.tables, false), create, quoteLiteral(r.slot), cutOver)
+	}
 	return fmt.Errorf("%w: publication %q does not exist but slot %q does; walbox will not create the publication under the live slot: "+
 		"on PostgreSQL 14 to 17 streaming would then fail on every change written before it (\"publication does not exist\") "+
 		"and only dropping the slot would get past them; events committed since the publication was dropped cannot be streamed from this slot. "+
-		"Cut over instead to a NEW publication with a NEW slot: start walbox with --publication %s --slot %s (new names; it creates both), "+
+		"Cut over instead to a NEW publication with a NEW slot: start walbox with --publication %s --slot %s (new names; it creates both; "+
+		"under Patroni declare the new slot in its slots: first), "+
 		"re-publish the outbox rows committed since the last event your consumers received (consumers deduplicate by event_id), "+
 		"then drop the old slot, which holds WAL back: `slotctl drop --slot %s`",
 		ErrPublicationNotFound, r.publication, r.slot, newName(r.publication), newName(r.slot), r.slot)
+}
+
+// neverDecoded reports whether the slot's statistics show no decoded
+// transaction (PostgreSQL 14+); false when they cannot be read.
+func neverDecoded(ctx context.Context, conn Querier, slot string) bool {
+	var txns int64
+	err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT total_txns FROM pg_catalog.pg_stat_replication_slots WHERE slot_name = $1), 0)`, slot).Scan(&txns)
+	return err == nil && txns == 0
 }
 
 // newName suggests a name for a replacement object.

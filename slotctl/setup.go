@@ -151,6 +151,9 @@ func setupOnce(ctx context.Context, connString string, cfg Config, opts SetupOpt
 	for _, r := range existing {
 		log.Warn(r.UnsentWarning(slot.Name), "slot", slot.Name, "table", r.Table.String(), "rows", r.Rows, "more_rows", r.More)
 	}
+	if scope := PatroniScope(ctx, conn); scope != "" && errors.Is(before, ErrSlotNotFound) {
+		log.Warn(PatroniCreatedWarning(scope, slot.Name, slot.Database), "slot", slot.Name)
+	}
 	warnings, err := FailoverWarnings(ctx, conn, cfg)
 	if err != nil {
 		log.Warn("could not check the failover configuration", "err", err)

@@ -165,6 +165,12 @@ func checkSlot(ctx context.Context, conn Querier, r resolved, s SlotInfo) error 
 		diffs = append(diffs, "is temporary (it vanishes with the session that created it)")
 	}
 	notFailover := r.failover && !s.Failover
+	if notFailover && len(diffs) == 0 && PatroniScope(ctx, conn) != "" {
+		// Patroni keeps its permanent slots on its replicas itself, and
+		// stops doing so for a failover slot: used as it is
+		// (FailoverWarnings says so).
+		notFailover = false
+	}
 	if notFailover && len(diffs) == 0 {
 		// The one difference that needs no new slot: turning failover on
 		// keeps the slot's position, where dropping it would lose events.
@@ -222,6 +228,9 @@ func createMissingSlot(ctx context.Context, conn Querier, r resolved, notFound e
 		}
 	default:
 		return SlotInfo{}, notFound
+	}
+	if scope := PatroniScope(ctx, conn); scope != "" && !r.failover {
+		return SlotInfo{}, patroniCreateError(scope, r, notFound)
 	}
 	s, err := createSlot(ctx, conn, r.slot, r.failover)
 	if errors.Is(err, ErrSlotExists) {

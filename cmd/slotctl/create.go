@@ -81,6 +81,9 @@ func create(ctx context.Context, conn *pgx.Conn, cfg slotctl.Config, w, stderr i
 	for _, r := range existing {
 		fmt.Fprintf(stderr, "slotctl create: warning: %s\n", r.UnsentWarning(slot.Name))
 	}
+	if scope := slotctl.PatroniScope(ctx, conn); scope != "" && errors.Is(slotErr, slotctl.ErrSlotNotFound) {
+		fmt.Fprintf(stderr, "slotctl create: warning: %s\n", slotctl.PatroniCreatedWarning(scope, slot.Name, slot.Database))
+	}
 	status := func(existed bool) string {
 		if existed {
 			return "already exists, verified"

@@ -29,6 +29,11 @@ type registryState interface {
 
 var _ registryState = (*schemareg.Encoder)(nil)
 
+// standbyWaits is the part of *heartbeat.Monitor /readyz uses.
+type standbyWaits interface {
+	WaitingForStandby() (held bool, inactiveSlots string)
+}
+
 // kafkaPinger is the part of *kgo.Client /readyz uses.
 type kafkaPinger interface {
 	Ping(ctx context.Context) error
@@ -144,6 +149,10 @@ const readyCacheTTL = time.Second
 type readiness struct {
 	relay relayState
 	kafka kafkaPinger
+	// waits, when set, tells a stream the server holds back for a
+	// standby of synchronized_standby_slots (the heartbeat monitor sees
+	// it; without heartbeats nothing does).
+	waits standbyWaits
 	// registries are the schema registry encoders: one whose last
 	// request failed transiently makes walbox unready (it retries).
 	registries []registryState
@@ -201,6 +210,18 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	if h.kafka != nil && !h.kafkaOK() {
 		notReady("kafka unreachable (the cause is in walbox's log)")
 		return
+	}
+	if h.waits != nil {
+		if held, slots := h.waits.WaitingForStandby(); held {
+			// 200, as for the erased events below: a restart or an
+			// unready pod fixes nothing; the standby must come back or
+			// leave synchronized_standby_slots.
+			if slots == "" {
+				slots = "(all active, but not confirming)"
+			}
+			fmt.Fprintf(w, "degraded: connected, but receiving nothing: the server holds the slot's logical changes back until the standbys of synchronized_standby_slots confirm them; inactive there: %s (walbox_slot_waiting_for_standby; bring the standby back or take its slot out of synchronized_standby_slots)\n", slots)
+			return
+		}
 	}
 	if n, at := h.relay.FailoverErased(); n > 0 {
 		fmt.Fprintf(w, "streaming, degraded: a failover at %s erased %d events already sent to Kafka (transactions the database no longer has; consumers may need to compensate; details in walbox's log)\n",

@@ -24,7 +24,7 @@ import (
 // connection open between requests (or reads a response slowly) held it
 // and a file descriptor forever, with no bound on how many.
 func TestMetricsServerLimits(t *testing.T) {
-	srv, err := startMetricsServer("127.0.0.1:0", prometheus.NewRegistry(), nil, nil, slog.New(slog.DiscardHandler))
+	srv, err := startMetricsServer("127.0.0.1:0", prometheus.NewRegistry(), nil, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,13 @@ func (f fakeRelayState) FailoverErased() (uint64, time.Time) {
 	return f.erased, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 }
 
+type fakeWaits struct {
+	held  bool
+	slots string
+}
+
+func (f fakeWaits) WaitingForStandby() (bool, string) { return f.held, f.slots }
+
 type fakePinger struct{ err error }
 
 func (f fakePinger) Ping(context.Context) error { return f.err }
@@ -37,22 +44,33 @@ func TestReadyz(t *testing.T) {
 		name  string
 		relay fakeRelayState
 		kafka fakePinger
+		waits *fakeWaits
 		code  int
 		body  string
 	}{
-		{"streaming", fakeRelayState{streaming: true}, fakePinger{}, 200, "streaming"},
-		{"standby", fakeRelayState{standby: true}, fakePinger{}, 503, "standby"},
-		{"reconnecting", fakeRelayState{}, fakePinger{}, 503, "not streaming"},
-		{"kafka down", fakeRelayState{streaming: true}, down, 503, "kafka unreachable"},
+		{"streaming", fakeRelayState{streaming: true}, fakePinger{}, nil, 200, "streaming"},
+		{"streaming, no standby wait", fakeRelayState{streaming: true}, fakePinger{}, &fakeWaits{}, 200, "streaming"},
+		{"standby", fakeRelayState{standby: true}, fakePinger{}, nil, 503, "standby"},
+		{"reconnecting", fakeRelayState{}, fakePinger{}, nil, 503, "not streaming"},
+		{"kafka down", fakeRelayState{streaming: true}, down, nil, 503, "kafka unreachable"},
+		// Issue 26: the server held every change back for a dead standby
+		// of synchronized_standby_slots for 47 s while /readyz said
+		// "streaming".
+		{"held back for a standby", fakeRelayState{streaming: true}, fakePinger{}, &fakeWaits{held: true, slots: "m1"}, 200,
+			"degraded: connected, but receiving nothing: the server holds the slot's logical changes back until the standbys of synchronized_standby_slots confirm them; inactive there: m1"},
 		// A failover erased events already in Kafka: visible, but ready
 		// (a 503 or a failing probe would stall rollouts or restart
 		// walbox in a loop, and fix nothing).
-		{"erased by a failover", fakeRelayState{streaming: true, erased: 7}, fakePinger{}, 200,
+		{"erased by a failover", fakeRelayState{streaming: true, erased: 7}, fakePinger{}, nil, 200,
 			"streaming, degraded: a failover at 2026-12-01T12:00:00Z erased 7 events already sent to Kafka"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			newReadiness(c.relay, c.kafka, slog.New(slog.DiscardHandler)).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			h := newReadiness(c.relay, c.kafka, slog.New(slog.DiscardHandler))
+			if c.waits != nil {
+				h.waits = c.waits
+			}
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.body) {
 				t.Errorf("/readyz = %d %q, want %d containing %q", rec.Code, rec.Body, c.code, c.body)
 			}

@@ -124,7 +124,7 @@ func migrateMain(args []string, getenv func(string) string, stdout, stderr io.Wr
 					"slot_confirmed_lsn", p.SlotConfirmed.String(), "offset_lsn_commit", p.Offset.LSNCommit.String(), "why", p.Why)
 			}
 			if p.SkipXID != 0 {
-				skipper = newSentSkipper(p.SkipXID, p.SkipUpTo)
+				skipper = newSentSkipper(p.SkipXID, p.SkipUpTo, p.SkipAtUpTo)
 			}
 			return max(p.Start, slot.ConfirmedFlushLSN), nil
 		},
@@ -254,11 +254,13 @@ func planTakeover(ctx context.Context, cfg config.Config, tr *debezium.Translati
 
 func printPlan(w io.Writer, cfg config.Config, tr *debezium.Translation, src offsets, p debezium.Plan) {
 	fmt.Fprintf(w, "connector %q (topic.prefix %q), %s\n", tr.Router.ConnectorName, tr.Router.LogicalName, src)
-	fmt.Fprintf(w, "stored offset: lsn %s, lsn_proc %s, lsn_commit %s, txId %d\n", p.Offset.LSN, p.Offset.LSNProc, p.Offset.LSNCommit, p.Offset.TxID)
+	fmt.Fprintf(w, "stored offset: lsn %s, lsn_proc %s, lsn_commit %s, txId %d, messageType %q, lsn_events_processed %d\n",
+		p.Offset.LSN, p.Offset.LSNProc, p.Offset.LSNCommit, p.Offset.TxID, p.Offset.MessageType, p.Offset.LSNEventsProcessed)
 	fmt.Fprintf(w, "slot %s: confirmed_flush_lsn %s\n", cfg.Slot, p.SlotConfirmed)
 	fmt.Fprintf(w, "walbox starts at %s: %s\n", p.Start, p.Why)
 	if p.Skipped > 0 {
-		fmt.Fprintf(w, "events of transaction %d that Debezium had sent, streamed but not sent again: %d\n", p.SkipXID, p.Skipped)
+		fmt.Fprintf(w, "events of transaction %d that Debezium had sent, streamed but not sent again: %d (its inserts before %s and the first %d at it)\n",
+			p.SkipXID, p.Skipped, p.SkipUpTo, p.SkipAtUpTo)
 	}
 	if p.Resent >= 0 {
 		fmt.Fprintf(w, "events Debezium had sent that are sent again: %d (plus any it sent after storing the offset)\n", p.Resent)

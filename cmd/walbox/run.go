@@ -169,7 +169,11 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, log, registries...)
+	var waits standbyWaits
+	if hb != nil {
+		waits = hb
+	}
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, waits, log, registries...)
 	if err != nil {
 		return err
 	}
@@ -189,6 +193,9 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	}
 	if hb != nil {
 		g.Go(func() error { return hb.Run(gctx) })
+	}
+	if cfg.FailoverSlot {
+		g.Go(func() error { watchStandbyCopies(gctx, cfg, standbyCopiesInterval, log); return nil })
 	}
 	g.Go(func() error {
 		defer func() {
@@ -279,7 +286,7 @@ func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
 
 // startMetricsServer binds before returning so a port clash is a startup
 // error, not a log line later. An empty addr disables it.
-func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, log *slog.Logger, registries ...registryState) (*metricsServer, error) {
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, waits standbyWaits, log *slog.Logger, registries ...registryState) (*metricsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -291,6 +298,7 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", healthz)
 	ready := newReadiness(relay, kafka, log)
+	ready.waits = waits
 	ready.registries = registries
 	mux.Handle("/readyz", ready)
 	return &metricsServer{Server: newHTTPServer(mux, metricsHTTPLimits), ln: limitListener(ln, metricsHTTPLimits.maxConns)}, nil
