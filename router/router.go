@@ -339,6 +339,12 @@ func (r *Router) Route(ins *decoder.Insert) (Routed, error) {
 	if !w.bad {
 		r.routeTopic(ins, b, &w)
 	}
+	if !w.bad && (r.cfg.Values != nil || r.cfg.Keys != nil) {
+		// Schema registry formats (encode.go).
+		if err := r.encode(&w); err != nil {
+			return Routed{}, r.encodeError(ins, &w, err)
+		}
+	}
 	if w.bad {
 		return r.invalid(ins, &w)
 	}
