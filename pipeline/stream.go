@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -355,6 +356,17 @@ func xactEnded(ctx context.Context, conn **pgx.Conn, connString string, xid uint
 	var status string
 	err := (*conn).QueryRow(ctx, `SELECT COALESCE(pg_xact_status($1::text::xid8), 'forgotten')`, strconv.FormatUint(full, 10)).Scan(&status)
 	if err != nil {
+		// A standby advances its next xid past X only when it replays
+		// the commit or abort of X or of a newer transaction (not at
+		// X's first record): until then pg_xact_status says X is "in
+		// the future" there, and X, which walbox decoded, is running.
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+			var recovery bool
+			if rerr := (*conn).QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovery); rerr == nil && recovery {
+				return 0, nil
+			}
+		}
 		return 0, fmt.Errorf("read the status of transaction %d (%d with its epoch): %w", xid, full, err)
 	}
 	if status == "in progress" {
