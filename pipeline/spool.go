@@ -486,6 +486,18 @@ func (s *spool) append(c *decoder.StreamChange) error {
 			return err
 		}
 		file, err := os.OpenFile(s.path(c.TopXID), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The subdirectory was removed under this process (a /tmp
+			// cleaner, an operator): make a new one. The files still
+			// open in the old one stay readable through their
+			// descriptors.
+			s.lock.Close()
+			s.dir, s.lock = "", nil
+			if err := s.ensureDir(); err != nil {
+				return err
+			}
+			file, err = os.OpenFile(s.path(c.TopXID), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+		}
 		if err != nil {
 			return s.unwritable(err)
 		}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -156,5 +157,32 @@ func TestSpoolResolveBoundary(t *testing.T) {
 			}
 		}
 		s.close()
+	}
+}
+
+// TestSpoolSubdirectoryRemoved: the process's spool subdirectory removed
+// under it (a /tmp cleaner, an operator's rm) is made again for the next
+// transaction. It failed when the subdirectory was made once per process:
+// every later streamed transaction failed the spool (ENOENT) and fell back
+// to protocol version 1, for as long as the process ran.
+func TestSpoolSubdirectoryRemoved(t *testing.T) {
+	s := newSpool(t.TempDir(), 1<<20, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}))
+	defer s.close()
+	if err := s.append(&decoder.StreamChange{TopXID: 7, XID: 7, Kind: 'I', Data: []byte("I")}); err != nil {
+		t.Fatal(err)
+	}
+	s.drop(7)
+	if err := os.RemoveAll(s.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.append(&decoder.StreamChange{TopXID: 8, XID: 8, Kind: 'I', Data: []byte("I")}); err != nil {
+		t.Fatalf("after the subdirectory was removed: %v", err)
+	}
+	rd, err := s.open(8)
+	if err != nil || rd == nil {
+		t.Fatalf("open: %v", err)
+	}
+	if c, err := rd.next(); err != nil || string(c.Data) != "I" {
+		t.Fatalf("read back: %v, %v", c, err)
 	}
 }
