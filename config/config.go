@@ -11,6 +11,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/schemareg"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
 )
@@ -185,6 +186,21 @@ type Config struct {
 	// (bootstrap.servers, converters, producer.*); only with
 	// DebeziumConfig. Default "".
 	DebeziumWorkerConfig string
+
+	// ValueFormat is the record value's format: "json" (default: the
+	// payload as it is) or a schema registry format, "avro", "protobuf" or
+	// "json-schema" (package schemareg), which needs SchemaRegistry.URLs.
+	ValueFormat string
+	// KeyFormat is the record key's format: "text" (default: the
+	// aggregate id as it is) or "avro" or "json-schema", which encode the
+	// text as a string under the subject "<topic>-key".
+	KeyFormat string
+	// SchemaRegistry says how to reach the schema registry; Redacted masks
+	// its password and bearer token.
+	SchemaRegistry schemareg.ClientConfig
+	// ValueSchema says which registered schema encodes the values
+	// (schemareg.Config, see ValueEncoderConfig).
+	ValueSchema ValueSchema
 	// Delivery is "at-least-once" (default) or "exactly-once"
 	// (pipeline.Config.Delivery).
 	Delivery string
@@ -224,12 +240,19 @@ const defaultDedupWindow = 100_000
 func Defaults() Config {
 	p := pipeline.DefaultConfig()
 	return Config{
-		Table:                 slotctl.DefaultTable,
-		Slot:                  slotctl.DefaultSlot,
-		Publication:           slotctl.DefaultPublication,
-		Topic:                 router.DefaultTopicTemplate,
-		Columns:               router.DefaultColumns(),
-		InvalidRows:           InvalidRowsFail,
+		Table:       slotctl.DefaultTable,
+		Slot:        slotctl.DefaultSlot,
+		Publication: slotctl.DefaultPublication,
+		Topic:       router.DefaultTopicTemplate,
+		Columns:     router.DefaultColumns(),
+		InvalidRows: InvalidRowsFail,
+		ValueFormat: ValueFormatJSON,
+		KeyFormat:   KeyFormatText,
+		ValueSchema: ValueSchema{Strategy: string(schemareg.TopicName), CacheSize: schemareg.DefaultCacheSize},
+		SchemaRegistry: schemareg.ClientConfig{
+			RequestTimeout: schemareg.DefaultRequestTimeout,
+			RetryBudget:    schemareg.DefaultRetryBudget,
+		},
 		MetricsAddr:           "127.0.0.1:9187",
 		PGOrigin:              pipeline.OriginAny,
 		StatusInterval:        p.StatusInterval,
@@ -319,12 +342,15 @@ func (c Config) Validate() error {
 }
 
 // Redacted returns a copy of c that is safe to log: the password in PGDSN
-// (userinfo, password= or sslpassword=) and the Kafka SASL password are
-// replaced by "xxxxx". (The other secrets are held in files, by path.)
+// (userinfo, password= or sslpassword=), the Kafka SASL password and the
+// schema registry's password and bearer token are replaced by "xxxxx". (The other secrets are held in files, by path.)
 func (c Config) Redacted() Config {
 	c.PGDSN, _ = redactDSN(c.PGDSN)
 	c.KafkaBrokers = slices.Clone(c.KafkaBrokers)
 	c.KafkaSecurity.SASLPassword = redactSecret(c.KafkaSecurity.SASLPassword)
+	c.SchemaRegistry.URLs = slices.Clone(c.SchemaRegistry.URLs)
+	c.SchemaRegistry.BasicAuthPassword = redactSecret(c.SchemaRegistry.BasicAuthPassword)
+	c.SchemaRegistry.BearerToken = redactSecret(c.SchemaRegistry.BearerToken)
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/schemareg"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
 )
@@ -28,14 +29,16 @@ const (
 	groupPostgres group = iota
 	groupKafka
 	groupRouting
+	groupSchemaRegistry
 	groupOperations
 )
 
 var groupNames = [...]string{
-	groupPostgres:   "Postgres",
-	groupKafka:      "Kafka",
-	groupRouting:    "Routing",
-	groupOperations: "Operations",
+	groupPostgres:       "Postgres",
+	groupKafka:          "Kafka",
+	groupRouting:        "Routing",
+	groupSchemaRegistry: "Formats",
+	groupOperations:     "Operations",
 }
 
 // value converts between an option's text form and its Config field.
@@ -409,6 +412,136 @@ var options = []*option{
 		pipeline: func(c *Config, p *pipeline.Config) { p.DedupWindow = c.DedupWindow },
 	},
 
+	// Schema registry (package schemareg; checks in schemareg.go).
+	{
+		flag: "value-format", env: "WALBOX_VALUE_FORMAT", yaml: "value_format", group: groupSchemaRegistry,
+		help: "Record value format: json sends the payload as it is; avro, protobuf or json-schema check the JSON payload against the schema registered for the record " +
+			"and send it in Confluent's wire format (a payload that does not fit follows --invalid-rows); pre-encoded sends a payload already in that format (a bytea column) " +
+			"as it is, once its magic byte is checked and the registry holds its schema id",
+		value: enumValue("FORMAT", func(c *Config) *string { return &c.ValueFormat }, valueFormats...),
+		check: checkValueFormat,
+	},
+	{
+		flag: "key-format", env: "WALBOX_KEY_FORMAT", yaml: "key_format", group: groupSchemaRegistry,
+		help: "Record key format: text sends the aggregate id as it is; avro or json-schema encode it as a string with the schema registered under <topic>-key, " +
+			"in Confluent's wire format (other key bytes: Kafka's default partitioner then places aggregates on other partitions)",
+		value: enumValue("FORMAT", func(c *Config) *string { return &c.KeyFormat }, keyFormats...),
+		check: checkKeyFormat,
+	},
+	{
+		flag: "schema-registry-url", env: "WALBOX_SCHEMA_REGISTRY_URL", yaml: "schema_registry_url", group: groupSchemaRegistry,
+		help: "Schema registry base URLs speaking the Confluent REST API, comma-separated (in YAML also a list), tried in turn when one cannot be reached; " +
+			"Apicurio's is under /apis/ccompat/v7",
+		value: listValue("LIST", func(c *Config) *[]string { return &c.SchemaRegistry.URLs }),
+		check: checkRegistryURLs,
+	},
+	{
+		flag: "schema-registry-user", env: "WALBOX_SCHEMA_REGISTRY_USER", yaml: "schema_registry_user", group: groupSchemaRegistry,
+		help:  "User for HTTP basic authentication to the registry",
+		value: stringValue("NAME", func(c *Config) *string { return &c.SchemaRegistry.BasicAuthUser }),
+		check: checkRegistryUser,
+	},
+	{
+		flag: "schema-registry-password", env: "WALBOX_SCHEMA_REGISTRY_PASSWORD", yaml: "schema_registry_password", group: groupSchemaRegistry,
+		help:   "Password of --schema-registry-user; prefer --schema-registry-password-file",
+		value:  secretValue(func(c *Config) *string { return &c.SchemaRegistry.BasicAuthPassword }),
+		check:  checkRegistryPassword,
+		redact: redactSecret,
+	},
+	{
+		flag: "schema-registry-password-file", env: "WALBOX_SCHEMA_REGISTRY_PASSWORD_FILE", yaml: "schema_registry_password_file", group: groupSchemaRegistry,
+		help:  "File holding the password of --schema-registry-user, read at start; wins over --schema-registry-password",
+		value: stringValue("FILE", func(c *Config) *string { return &c.SchemaRegistry.BasicAuthPasswordFile }),
+		check: checkRegistryPasswordFile,
+	},
+	{
+		flag: "schema-registry-bearer-token", env: "WALBOX_SCHEMA_REGISTRY_BEARER_TOKEN", yaml: "schema_registry_bearer_token", group: groupSchemaRegistry,
+		help:   "Bearer token for the registry, instead of basic authentication; prefer --schema-registry-bearer-token-file",
+		value:  secretValue(func(c *Config) *string { return &c.SchemaRegistry.BearerToken }),
+		check:  checkRegistryToken,
+		redact: redactSecret,
+	},
+	{
+		flag: "schema-registry-bearer-token-file", env: "WALBOX_SCHEMA_REGISTRY_BEARER_TOKEN_FILE", yaml: "schema_registry_bearer_token_file", group: groupSchemaRegistry,
+		help:  "File holding the registry's bearer token, read at start; wins over --schema-registry-bearer-token",
+		value: stringValue("FILE", func(c *Config) *string { return &c.SchemaRegistry.BearerTokenFile }),
+		check: checkRegistryTokenFile,
+	},
+	{
+		flag: "schema-registry-tls-ca-file", env: "WALBOX_SCHEMA_REGISTRY_TLS_CA_FILE", yaml: "schema_registry_tls_ca_file", group: groupSchemaRegistry,
+		help:  "PEM file with the CA certificates that sign the registry's certificate; empty means the system's roots",
+		value: stringValue("FILE", func(c *Config) *string { return &c.SchemaRegistry.TLSCAFile }),
+		check: checkRegistryTLSCA,
+	},
+	{
+		flag: "schema-registry-tls-cert-file", env: "WALBOX_SCHEMA_REGISTRY_TLS_CERT_FILE", yaml: "schema_registry_tls_cert_file", group: groupSchemaRegistry,
+		help:  "PEM client certificate for mutual TLS with the registry, with --schema-registry-tls-key-file",
+		value: stringValue("FILE", func(c *Config) *string { return &c.SchemaRegistry.TLSCertFile }),
+		check: checkRegistryTLSCert,
+	},
+	{
+		flag: "schema-registry-tls-key-file", env: "WALBOX_SCHEMA_REGISTRY_TLS_KEY_FILE", yaml: "schema_registry_tls_key_file", group: groupSchemaRegistry,
+		help:  "PEM private key of --schema-registry-tls-cert-file (unencrypted; restrict the file's permissions)",
+		value: stringValue("FILE", func(c *Config) *string { return &c.SchemaRegistry.TLSKeyFile }),
+		check: checkRegistryTLSKey,
+	},
+	{
+		flag: "schema-registry-tls-server-name", env: "WALBOX_SCHEMA_REGISTRY_TLS_SERVER_NAME", yaml: "schema_registry_tls_server_name", group: groupSchemaRegistry,
+		help:  "Name the registry's certificate must carry, instead of the URL's host",
+		value: stringValue("NAME", func(c *Config) *string { return &c.SchemaRegistry.TLSServerName }),
+		check: checkRegistryServerName,
+	},
+	{
+		flag: "schema-registry-timeout", env: "WALBOX_SCHEMA_REGISTRY_TIMEOUT", yaml: "schema_registry_timeout", group: groupSchemaRegistry,
+		help:  "Longest wait for one answer of the registry",
+		value: durationValue(func(c *Config) *time.Duration { return &c.SchemaRegistry.RequestTimeout }),
+		check: func(c *Config) error { return checkPositive(c.SchemaRegistry.RequestTimeout) },
+	},
+	{
+		flag: "schema-registry-retry-budget", env: "WALBOX_SCHEMA_REGISTRY_RETRY_BUDGET", yaml: "schema_registry_retry_budget", group: groupSchemaRegistry,
+		help: "How long an unreachable registry, a timeout, a 5xx or a 429 is retried (backoff from 100ms to 5s) when a record's schema is not cached, " +
+			"before walbox stops without confirming the record; refusals (401, 403, an unknown subject or version) stop at once",
+		value: durationValue(func(c *Config) *time.Duration { return &c.SchemaRegistry.RetryBudget }),
+		check: func(c *Config) error { return checkPositive(c.SchemaRegistry.RetryBudget) },
+	},
+	{
+		flag: "value-subject-strategy", env: "WALBOX_VALUE_SUBJECT_STRATEGY", yaml: "value_subject_strategy", group: groupSchemaRegistry,
+		help: "Subject the value's schema is registered under: topic is <topic>-value (Confluent's TopicNameStrategy), record is --value-record-name (RecordNameStrategy), " +
+			"topic-record is <topic>-<record name> (TopicRecordNameStrategy)",
+		value: enumValue("STRATEGY", func(c *Config) *string { return &c.ValueSchema.Strategy }, schemareg.Strategies...),
+		check: checkSubjectStrategy,
+	},
+	{
+		flag: "value-record-name", env: "WALBOX_VALUE_RECORD_NAME", yaml: "value_record_name", group: groupSchemaRegistry,
+		help:  "Fully-qualified record name (e.g. shop.Order) for --value-subject-strategy record or topic-record",
+		value: stringValue("NAME", func(c *Config) *string { return &c.ValueSchema.RecordName }),
+		check: checkRecordName,
+	},
+	{
+		flag: "value-schema-version", env: "WALBOX_VALUE_SCHEMA_VERSION", yaml: "value_schema_version", group: groupSchemaRegistry,
+		help:  "Subject version whose schema encodes the values; 0 is the latest, read once per subject at its first record (a version registered later is used after a restart)",
+		value: intValue(func(c *Config) *int { return &c.ValueSchema.Version }),
+		check: checkSchemaVersion,
+	},
+	{
+		flag: "value-schema-id", env: "WALBOX_VALUE_SCHEMA_ID", yaml: "value_schema_id", group: groupSchemaRegistry,
+		help:  "Schema id that encodes every value, instead of looking the subject up; 0 looks it up",
+		value: intValue(func(c *Config) *int { return &c.ValueSchema.ID }),
+		check: checkSchemaID,
+	},
+	{
+		flag: "schema-cache-size", env: "WALBOX_SCHEMA_CACHE_SIZE", yaml: "schema_cache_size", group: groupSchemaRegistry,
+		help:  "Most subjects whose schema is kept compiled (least recently used dropped first, and read again from the registry when met)",
+		value: intValue(func(c *Config) *int { return &c.ValueSchema.CacheSize }),
+		check: func(c *Config) error { return checkPositiveInt(c.ValueSchema.CacheSize) },
+	},
+	{
+		flag: "value-protobuf-message", env: "WALBOX_VALUE_PROTOBUF_MESSAGE", yaml: "value_protobuf_message", group: groupSchemaRegistry,
+		help:  "Fully-qualified name of the message a protobuf schema encodes the value as; empty is the file's first message",
+		value: stringValue("NAME", func(c *Config) *string { return &c.ValueSchema.ProtobufMessage }),
+		check: checkProtobufMessage,
+	},
+
 	// Operations.
 	configOption,
 	{
@@ -543,6 +676,9 @@ var options = []*option{
 		check: func(c *Config) error { return checkNonNegative(c.HeartbeatInterval) },
 		pipeline: func(c *Config, p *pipeline.Config) {
 			p.Heartbeats = c.HeartbeatInterval > 0
+			// Where no heartbeat can be written, on a standby, 0 is
+			// how an operator says walbox decodes from one on purpose.
+			p.DecodeFromStandby = c.HeartbeatInterval == 0
 		},
 	},
 }

@@ -180,3 +180,18 @@ func TestPipelineRoutesOnlyTheTable(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatIntervalZeroDecodesFromAStandby: --heartbeat-interval=0 is
+// how an operator says walbox decodes from a standby on purpose (no
+// heartbeat can be written there); otherwise a session that reaches a
+// standby is retried until it reaches the primary (issue 26).
+func TestHeartbeatIntervalZeroDecodesFromAStandby(t *testing.T) {
+	d := Defaults()
+	if p := d.PipelineConfig(); p.DecodeFromStandby || !p.Heartbeats {
+		t.Errorf("defaults: DecodeFromStandby %v, Heartbeats %v; want false, true", p.DecodeFromStandby, p.Heartbeats)
+	}
+	d.HeartbeatInterval = 0
+	if p := d.PipelineConfig(); !p.DecodeFromStandby || p.Heartbeats {
+		t.Errorf("--heartbeat-interval=0: DecodeFromStandby %v, Heartbeats %v; want true, false", p.DecodeFromStandby, p.Heartbeats)
+	}
+}

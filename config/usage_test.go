@@ -94,6 +94,7 @@ func TestEveryFieldHasAnOption(t *testing.T) {
 		"LEVEL": "debug", "FORMAT": "text", "BOOL": "true",
 		"SQL": "sent_at IS NULL", "COLUMNS": "created_at,id",
 		"FILE": "/other", "SECRET": "other", "MECHANISM": "PLAIN", "ORIGIN": "none", "DIR": "/other",
+		"STRATEGY": "record",
 	}
 	changed := map[string]string{} // field -> flag
 	base := Defaults()
@@ -108,6 +109,9 @@ func TestEveryFieldHasAnOption(t *testing.T) {
 		}
 		if o.value.arg == "BOOL" && o.value.get(&c) == "true" {
 			v = "false" // an option on by default (--streaming)
+		}
+		if o.value.arg == "FORMAT" && o.value.get(&c) == v {
+			v = "avro" // --key-format's default is text
 		}
 		if err := o.value.set(&c, v); err != nil {
 			t.Fatalf("--%s: set(%q): %v", o.flag, v, err)

@@ -282,7 +282,9 @@ func snapshotRunning(m map[string]json.RawMessage) (string, bool) {
 // (inserts of transaction TxID that share LSN: the rows of one COPY, a
 // heap_multi_insert, all have the same LSN) the offset says Debezium had
 // sent. Events of TxID before LSN were all sent (Debezium processes a
-// transaction's changes in LSN order), events after it none.
+// transaction's changes in LSN order), events after it none. beginAtLSN
+// says that the transaction's Begin is at LSN too (pgoutput sends it at
+// the first change's LSN, so when a COPY opens the transaction).
 //
 //   - COMMIT: Debezium processed the transaction's commit, so all of it.
 //   - A change (INSERT, UPDATE, DELETE, TRUNCATE): lsn_events_processed of
@@ -290,16 +292,25 @@ func snapshotRunning(m map[string]json.RawMessage) (string, bool) {
 //     in the transaction); without it, one: the offset is that of an
 //     event at lsn, so at least the first was processed, and the others of
 //     a COPY may not have been (they are sent again: duplicates, not loss).
+//     With beginAtLSN, one fewer than lsn_events_processed (when over 1):
+//     a Debezium that restarted from an offset inside those events counts
+//     the Begin among the messages at lsn (WalPositionLocator's search and
+//     skip see every message at it, the Begin included), so it skips one
+//     event fewer than the count, sends that one again, and stamps it and
+//     every later one with one more than the events it has sent.
 //   - BEGIN: the offset was stored right after the transaction's Begin
 //     (a heartbeat carries it), whose LSN is its first change's: none.
 //   - MESSAGE, an absent messageType (Debezium before 2.1.4, where lsn may be
 //     a Begin's too) or an unknown one: none.
-func (o Offset) SentAtLSN(atLSN int) int {
+func (o Offset) SentAtLSN(atLSN int, beginAtLSN bool) int {
 	switch {
 	case o.MessageType == MessageCommit:
 		return atLSN
 	case isChange(o.MessageType):
 		n := o.LSNEventsProcessed
+		if n > 1 && beginAtLSN {
+			n--
+		}
 		if n <= 0 {
 			n = 1
 		}

@@ -219,8 +219,40 @@ func TestSentAtLSN(t *testing.T) {
 	for _, tt := range tests {
 		o := Offset{LSN: 100, MessageType: tt.typ, LSNEventsProcessed: tt.processed}
 		for i, n := range []int{0, 1, 50} {
-			if got := o.SentAtLSN(n); got != tt.want[i] {
+			if got := o.SentAtLSN(n, false); got != tt.want[i] {
 				t.Errorf("messageType %q, lsn_events_processed %d, %d events at lsn: %d covered, want %d", tt.typ, tt.processed, n, got, tt.want[i])
+			}
+		}
+	}
+}
+
+// With the transaction's Begin at the offset's LSN (a COPY opening its
+// transaction), lsn_events_processed over 1 covers one event fewer: a
+// Debezium 3.7 that restarted from an offset inside those events counts
+// the Begin among them, and stamps each event it sends after with one more
+// than it has sent. Before, 10 covered 10 there, one row Debezium had not
+// sent.
+func TestSentAtLSNBeginAtLSN(t *testing.T) {
+	tests := []struct {
+		typ       string
+		processed int64
+		want      [3]int // for 0, 1 and 50 events at the LSN
+	}{
+		{"COMMIT", 0, [3]int{0, 1, 50}},
+		{"INSERT", 0, [3]int{0, 1, 1}},
+		{"INSERT", 1, [3]int{0, 1, 1}},
+		{"INSERT", 2, [3]int{0, 1, 1}},
+		{"INSERT", 10, [3]int{0, 1, 9}},
+		{"INSERT", 50, [3]int{0, 1, 49}},
+		{"INSERT", 51, [3]int{0, 1, 50}},
+		{"BEGIN", 0, [3]int{0, 0, 0}},
+		{"", 10, [3]int{0, 0, 0}},
+	}
+	for _, tt := range tests {
+		o := Offset{LSN: 100, MessageType: tt.typ, LSNEventsProcessed: tt.processed}
+		for i, n := range []int{0, 1, 50} {
+			if got := o.SentAtLSN(n, true); got != tt.want[i] {
+				t.Errorf("Begin at lsn, messageType %q, lsn_events_processed %d, %d events at lsn: %d covered, want %d", tt.typ, tt.processed, n, got, tt.want[i])
 			}
 		}
 	}

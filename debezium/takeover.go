@@ -66,8 +66,9 @@ type Plan struct {
 // those before its lsn, and of those at lsn (a COPY's rows share one) as
 // many as Offset.SentAtLSN says from messageType and lsn_events_processed:
 // all after a COMMIT, none after a BEGIN (whose LSN is the first change's),
-// lsn_events_processed after a change (one without it: the others of a
-// COPY are sent again).
+// lsn_events_processed after a change (one fewer when the transaction's
+// BEGIN shares that LSN, as a COPY opening the transaction does; one
+// without it: the others of a COPY are sent again).
 //
 // After a graceful stop (Connect flushes the offsets on the way out, then
 // Debezium confirms their lsn_commit, else lsn_proc) the slot's
@@ -175,6 +176,12 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 	}
 	inserts := len(last.inserts)
 	switch {
+	case last.end == 0 && off.committedAt() != 0 && off.committedAt() <= p.Start:
+		// Not found because it committed before the start: Postgres
+		// does not stream it again.
+		p.Resent = 0
+		p.Why += fmt.Sprintf("; Debezium had processed the COMMIT of its last transaction %d (ending at %s, the offset's %s), which is before the start: none of it is sent again",
+			off.TxID, off.committedAt(), describeOffset(off, 0, 0))
 	case last.end == 0:
 		p.Why += fmt.Sprintf("; Debezium's last transaction %d was not found among the next %d changes, so it is sent whole", off.TxID, peekLimit)
 	case sent == inserts:
@@ -191,22 +198,49 @@ func PlanTakeover(ctx context.Context, conn slotctl.Querier, slot, publication s
 		p.Why += fmt.Sprintf("; Debezium stopped inside transaction %d (%d of its %d outbox events sent: the offset is %s): walbox streams it and skips those %d (the %d inserts before %s and the first %d of the %d at it)",
 			off.TxID, sent, inserts, describeOffset(off, atLSN, sentAt), sent, before, off.LSN, sentAt, atLSN)
 	}
-	if last.end != 0 && !off.exactAtLSN(atLSN) {
+	if last.end != 0 && !off.exactAtLSN(atLSN, last.beginAt(off)) {
 		p.Resent = -1
-		p.Why += fmt.Sprintf("; the offset does not say how many of the %d events at its lsn Debezium had sent (lsn_events_processed is Debezium 3.7's, messageType 2.1.4's): "+
-			"those after the first %d are sent again, duplicates of any Debezium had sent", atLSN, sentAt)
+		if last.beginAt(off) && isChange(off.MessageType) && off.LSNEventsProcessed > 1 {
+			p.Why += fmt.Sprintf("; the transaction's BEGIN shares the offset's lsn, so lsn_events_processed %d may count it (a Debezium that restarted inside those events counts the BEGIN at their LSN): "+
+				"%d of the %d events at that lsn are taken as sent, and the next one is sent again, a duplicate if Debezium had sent it", off.LSNEventsProcessed, sentAt, atLSN)
+		} else {
+			p.Why += fmt.Sprintf("; the offset does not say how many of the %d events at its lsn Debezium had sent (lsn_events_processed is Debezium 3.7's, messageType 2.1.4's): "+
+				"those after the first %d are sent again, duplicates of any Debezium had sent", atLSN, sentAt)
+		}
 	}
 	return p, nil
+}
+
+// committedAt returns the end of transaction TxID when the offset says
+// Debezium processed its commit, else 0: the offset is at its COMMIT
+// (messageType COMMIT, lsn its end), or, from a Debezium 2.2 to 2.6
+// without transaction metadata, which processes a COMMIT without moving
+// lsn or messageType off the transaction's last change, lsn_proc and
+// lsn_commit are both that commit's, past lsn (a change moves lsn_proc to
+// its own lsn, and nothing else moves both).
+func (o Offset) committedAt() pglogrepl.LSN {
+	switch {
+	case o.MessageType == MessageCommit:
+		return o.LSN
+	case o.LSNProc != 0 && o.LSNProc == o.LSNCommit && o.LSNProc > o.LSN && (isChange(o.MessageType) || o.MessageType == ""):
+		return o.LSNCommit
+	}
+	return 0
 }
 
 // exactAtLSN reports whether the offset says exactly how many of the
 // atLSN events at its LSN Debezium had sent, so that none it had sent is
 // sent again.
-func (o Offset) exactAtLSN(atLSN int) bool {
+func (o Offset) exactAtLSN(atLSN int, beginAtLSN bool) bool {
 	switch {
 	case atLSN == 0, o.MessageType == MessageCommit, o.MessageType == MessageBegin:
 		return true
 	case isChange(o.MessageType):
+		if beginAtLSN && o.LSNEventsProcessed > 1 {
+			// The count may include the Begin (SentAtLSN): exact only
+			// when every event at the LSN is covered anyway.
+			return o.LSNEventsProcessed-1 >= int64(atLSN)
+		}
 		return o.LSNEventsProcessed > 0 || atLSN == 1
 	}
 	return false
@@ -263,6 +297,7 @@ func slotAhead(p Plan) Plan {
 }
 
 type lastTx struct {
+	begin   pglogrepl.LSN   // the LSN of its Begin
 	end     pglogrepl.LSN   // commit end; 0 when not found
 	inserts []pglogrepl.LSN // the LSNs of its outbox inserts, in stream order
 }
@@ -278,7 +313,15 @@ func (t lastTx) covered(off Offset) (before, atLSN, sentAt int) {
 			atLSN++
 		}
 	}
-	return before, atLSN, off.SentAtLSN(atLSN)
+	return before, atLSN, off.SentAtLSN(atLSN, t.beginAt(off))
+}
+
+// beginAt reports whether the transaction's Begin is at the offset's LSN:
+// pgoutput sends it at the LSN of the transaction's first change (before
+// PostgreSQL 15 at its first WAL record), which a COPY opening the
+// transaction shares with all its rows.
+func (t lastTx) beginAt(off Offset) bool {
+	return t.end != 0 && t.begin == off.LSN
 }
 
 // peekTransaction decodes the slot's pending changes without consuming
@@ -301,6 +344,7 @@ func peekTransaction(ctx context.Context, conn slotctl.Querier, slot, publicatio
 	var (
 		res     lastTx
 		cur     uint32
+		begin   pglogrepl.LSN
 		rels    = map[uint32]string{}
 		inserts []pglogrepl.LSN
 	)
@@ -324,14 +368,14 @@ func peekTransaction(ctx context.Context, conn slotctl.Querier, slot, publicatio
 		case *pglogrepl.RelationMessage:
 			rels[m.RelationID] = m.Namespace + "." + m.RelationName
 		case *pglogrepl.BeginMessage:
-			cur, inserts = m.Xid, inserts[:0]
+			cur, begin, inserts = m.Xid, lsn, inserts[:0]
 		case *pglogrepl.InsertMessage:
 			if cur == xid && want[rels[m.RelationID]] {
 				inserts = append(inserts, lsn)
 			}
 		case *pglogrepl.CommitMessage:
 			if cur == xid && m.TransactionEndLSN > after {
-				res.end, res.inserts = m.TransactionEndLSN, inserts
+				res.begin, res.end, res.inserts = begin, m.TransactionEndLSN, inserts
 				return res, rows.Err()
 			}
 		}

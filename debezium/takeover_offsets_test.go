@@ -15,11 +15,11 @@ import (
 // copyEnv adds to a takeoverEnv (T1 with 2 events, T2 with 3) a
 // transaction loaded with COPY (pgx CopyFrom): one heap_multi_insert
 // record, so logical decoding gives its 50 rows one LSN; then a
-// transaction with one insert and one with three. The slot is confirmed at
-// T1's end.
+// transaction with one insert, one with three, and one (mixed) with one
+// insert followed by a COPY of 5 rows. The slot is confirmed at T1's end.
 type copyEnv struct {
 	*takeoverEnv
-	t1, t2, cp, one, three tx
+	t1, t2, cp, one, three, mixed tx
 }
 
 const copyRows = 50
@@ -58,15 +58,39 @@ func newCopyEnv(t *testing.T) *copyEnv {
 			t.Fatal(err)
 		}
 	}
+	mixedRows := make([][]any, 5)
+	for i := range mixedRows {
+		mixedRows[i] = []any{fmt.Sprintf("00000000-0000-4000-9000-%012d", i), "order", fmt.Sprintf("m-%d", i), "Placed", "{}"}
+	}
+	b, err = e.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'm', 'Placed', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CopyFrom(ctx, pgx.Identifier{"public", "outbox"}, []string{"id", "aggregate_type", "aggregate_id", "event_type", "payload"}, pgx.CopyFromRows(mixedRows)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
 	txs := e.decode(t)
-	if len(txs) != 5 || len(txs[2].inserts) != copyRows {
+	if len(txs) != 6 || len(txs[2].inserts) != copyRows || len(txs[5].inserts) != 6 {
 		t.Fatalf("decoded %+v", txs)
 	}
-	c := &copyEnv{takeoverEnv: e, t1: txs[0], t2: txs[1], cp: txs[2], one: txs[3], three: txs[4]}
+	c := &copyEnv{takeoverEnv: e, t1: txs[0], t2: txs[1], cp: txs[2], one: txs[3], three: txs[4], mixed: txs[5]}
 	for i, l := range c.cp.inserts {
 		if l != c.cp.inserts[0] {
 			t.Fatalf("COPY row %d at %s, row 0 at %s: the rows of one COPY should share one LSN (one heap_multi_insert record)", i, l, c.cp.inserts[0])
 		}
+	}
+	// pgoutput sends a transaction's Begin at its first change's LSN (from
+	// PostgreSQL 15 on, lazily, with that change; before, at the
+	// transaction's first WAL record, here the COPY's): so the COPY's rows
+	// share their LSN with the Begin, and the mixed transaction's do not.
+	if c.cp.begin != c.cp.inserts[0] || c.mixed.begin != c.mixed.inserts[0] || c.mixed.inserts[1] == c.mixed.begin {
+		t.Fatalf("COPY transaction: Begin at %s, rows at %s; mixed transaction: Begin at %s, inserts at %v", c.cp.begin, c.cp.inserts[0], c.mixed.begin, c.mixed.inserts)
 	}
 	e.advance(t, c.t1.end)
 	return c
@@ -92,6 +116,8 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 		// resent is Plan.Resent: the events Debezium had sent that are
 		// sent again, -1 when the offset does not tell.
 		resent int
+		// why, when set, is in Plan.Why.
+		why string
 	}
 	tests := []struct {
 		name   string
@@ -99,14 +125,38 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 		want   want
 	}{
 		{
-			name:   "3.7 stopped inside a COPY: the first 10 of its 50 rows sent",
+			// Its Begin shares the COPY's LSN: a Debezium 3.7 that
+			// restarted from an offset inside the COPY counts that
+			// Begin among the events at the LSN (WalPositionLocator's
+			// search and skip see every message at it), resends the
+			// last row it had counted and stamps it, and each row
+			// after it, one more than the rows it has sent. So 10
+			// says 9 or 10 rows were sent: 9 are skipped.
+			name:   "3.7 stopped inside a COPY that opens its transaction: lsn_events_processed 10, 9 of its 50 rows known sent",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT","lsn_events_processed":10}`, x, x, e.t2.end, e.cp.xid),
-			want:   want{start: e.t2.end, skipped: 10, xid: e.cp.xid, at: 10},
+			want:   want{start: e.t2.end, skipped: 9, xid: e.cp.xid, at: 9, resent: -1},
 		},
 		{
-			name:   "3.7 after the COPY's last row, before its commit: sent whole",
+			name:   "3.7 after the last row of a COPY that opens its transaction, before its commit: the last row is sent again",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT","lsn_events_processed":%d}`, x, x, e.t2.end, e.cp.xid, copyRows),
+			want:   want{start: e.t2.end, skipped: copyRows - 1, xid: e.cp.xid, at: copyRows - 1, resent: -1},
+		},
+		{
+			name:   "3.7 after a restarted Debezium's last row of a COPY that opens its transaction (counted once more): sent whole",
+			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT","lsn_events_processed":%d}`, x, x, e.t2.end, e.cp.xid, copyRows+1),
 			want:   want{start: e.cp.end},
+		},
+		{
+			name: "3.7 stopped inside a COPY after its transaction's first insert: exactly 3 of its 5 rows sent",
+			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT","lsn_events_processed":3}`,
+				e.mixed.inserts[1], e.mixed.inserts[1], e.three.end, e.mixed.xid),
+			want: want{start: e.three.end, skipped: 4, xid: e.mixed.xid, at: 3},
+		},
+		{
+			name: "3.7 after the last row of a COPY after its transaction's first insert: sent whole",
+			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT","lsn_events_processed":5}`,
+				e.mixed.inserts[1], e.mixed.inserts[1], e.three.end, e.mixed.xid),
+			want: want{start: e.mixed.end},
 		},
 		{
 			name:   "3.6 stopped inside a COPY (no lsn_events_processed): only the first row is known to be sent",
@@ -149,9 +199,20 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 			want:   want{start: e.one.end, skipped: 1, xid: e.three.xid, resent: -1},
 		},
 		{
-			name:   "COMMIT of the COPY",
+			// The plan said the transaction was not found and "is sent
+			// whole", and Resent -1: it committed before the start, and
+			// none of it is sent.
+			name:   "COMMIT of the COPY (a heartbeat after it, or the transaction metadata's END)",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"COMMIT"}`, e.cp.end, e.cp.end, e.cp.end, e.cp.xid),
-			want:   want{start: e.cp.end, resent: -1},
+			want:   want{start: e.cp.end, why: "none of it is sent again"},
+		},
+		{
+			// Debezium 2.2 to 2.6 without transaction metadata processes
+			// a COMMIT without moving lsn or messageType off the last
+			// change: only lsn_proc and lsn_commit move to the commit.
+			name:   "2.2-2.6 heartbeat after the COMMIT of the COPY: lsn and messageType still the last row's",
+			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"INSERT"}`, x, e.cp.end, e.cp.end, e.cp.xid),
+			want:   want{start: e.cp.end, why: "none of it is sent again"},
 		},
 		{
 			name:   "a transactional MESSAGE after the COPY: every row before it sent",
@@ -172,7 +233,7 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 			name: "transaction metadata and xmin fields do not change the plan",
 			offset: fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"messageType":"INSERT","lsn_events_processed":10,"xmin":5,"transaction_id":"%d:%d","transaction_data_collection_order_public.outbox":10}`,
 				x, x, e.t2.end, e.cp.xid, e.cp.xid, x),
-			want: want{start: e.t2.end, skipped: 10, xid: e.cp.xid, at: 10},
+			want: want{start: e.t2.end, skipped: 9, xid: e.cp.xid, at: 9, resent: -1},
 		},
 	}
 	for _, tt := range tests {
@@ -189,9 +250,10 @@ func TestPlanTakeoverOffsetFields(t *testing.T) {
 			if tt.want.xid != 0 {
 				upTo = off.LSN
 			}
-			if p.Start != tt.want.start || p.Skipped != tt.want.skipped || p.SkipXID != tt.want.xid || p.SkipAtUpTo != tt.want.at || p.SkipUpTo != upTo || p.Resent != tt.want.resent {
-				t.Errorf("%s:\nplan start %s, skipped %d of xid %d (%d at %s), resent %d (%s)\nwant start %s, skipped %d of xid %d (%d at %s), resent %d",
-					tt.offset, p.Start, p.Skipped, p.SkipXID, p.SkipAtUpTo, p.SkipUpTo, p.Resent, p.Why, tt.want.start, tt.want.skipped, tt.want.xid, tt.want.at, upTo, tt.want.resent)
+			if p.Start != tt.want.start || p.Skipped != tt.want.skipped || p.SkipXID != tt.want.xid || p.SkipAtUpTo != tt.want.at || p.SkipUpTo != upTo || p.Resent != tt.want.resent ||
+				!strings.Contains(p.Why, tt.want.why) {
+				t.Errorf("%s:\nplan start %s, skipped %d of xid %d (%d at %s), resent %d (%s)\nwant start %s, skipped %d of xid %d (%d at %s), resent %d (saying %q)",
+					tt.offset, p.Start, p.Skipped, p.SkipXID, p.SkipAtUpTo, p.SkipUpTo, p.Resent, p.Why, tt.want.start, tt.want.skipped, tt.want.xid, tt.want.at, upTo, tt.want.resent, tt.want.why)
 			}
 		})
 	}

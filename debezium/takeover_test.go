@@ -25,6 +25,7 @@ func ctxT(t *testing.T) context.Context {
 // tx is one committed transaction as the slot decodes it.
 type tx struct {
 	xid     uint32
+	begin   pglogrepl.LSN // the LSN of its Begin
 	inserts []pglogrepl.LSN
 	end     pglogrepl.LSN
 }
@@ -109,7 +110,7 @@ func (e *takeoverEnv) decode(t *testing.T) []tx {
 		}
 		switch m := m.(type) {
 		case *pglogrepl.BeginMessage:
-			out = append(out, tx{xid: m.Xid})
+			out = append(out, tx{xid: m.Xid, begin: lsn})
 		case *pglogrepl.InsertMessage:
 			out[len(out)-1].inserts = append(out[len(out)-1].inserts, lsn)
 		case *pglogrepl.CommitMessage:

@@ -62,7 +62,11 @@ func TestDebeziumTakeoverOffsetFields(t *testing.T) {
 				return fmt.Sprintf(`{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":%d,"ts_usec":1,"messageType":"INSERT","lsn_events_processed":10}`,
 					x, x, w.first.end, w.copy.xid), w.first.end
 			},
-			want: func(w takeoverWAL) []string { return concat(w.copy.ids[10:], w.one.ids, w.last.ids) },
+			// The COPY opens its transaction, so its BEGIN shares the
+			// rows' LSN and lsn_events_processed 10 may count it (a
+			// Debezium that restarted inside the COPY does): the 10th
+			// row is sent again.
+			want: func(w takeoverWAL) []string { return concat(w.copy.ids[9:], w.one.ids, w.last.ids) },
 		},
 		{
 			name: "copy36",

@@ -99,6 +99,14 @@ type Config struct {
 	// MessagePrefix, so heartbeats (HeartbeatPrefix) come back through the
 	// slot; they are observed (HeartbeatSeen) and never routed.
 	Heartbeats bool
+	// DecodeFromStandby lets a session stream from a server in recovery
+	// (logical decoding on a standby, PostgreSQL 16+). Otherwise a session
+	// whose connection reached a standby ends before it starts replication,
+	// takes nothing from the standby's WAL for a failover or a restore, and
+	// is retried until the connection reaches the primary. walbox run sets
+	// it with --heartbeat-interval=0 (no heartbeat can be written on a
+	// standby).
+	DecodeFromStandby bool
 	// OnHeartbeat, when set, receives the content of every message with
 	// heartbeat.Prefix (a heartbeat.Monitor's Seen). Such messages are
 	// never routed, whatever this is.

@@ -154,6 +154,36 @@ func (p StatePosition) after(q StatePosition) bool {
 	return p.Split.Changes > q.Split.Changes
 }
 
+// supersedes reports whether p, this process's own last commit, is newer
+// than q, the position read from the state topic, so that p is resumed
+// from instead. LSNs are compared only within one history: after a
+// failover the new timeline reuses the old one's LSNs, and an instance's
+// old commit on timeline 1 must not override its standby peer's later one
+// on timeline 2 at a lower LSN. p wins over a position on its own history
+// that it is after, and over one on an ancestor of its history; never over
+// one on a later or another history.
+func (p StatePosition) supersedes(q StatePosition) bool {
+	if q.EndLSN == 0 && q.CommitLSN == 0 {
+		return p.after(q)
+	}
+	a, b := p.History, q.History
+	if !a.Known() || !b.Known() || a.SystemID != b.SystemID || a.Database != b.Database {
+		return !b.Known() && p.after(q)
+	}
+	switch rel, _ := sharedHistory(a, b); rel {
+	case historiesSame:
+		return p.after(q)
+	case historyDescendant:
+		return true
+	case historiesUnknown:
+		if a.Timeline != b.Timeline {
+			return a.Timeline > b.Timeline
+		}
+		return p.after(q)
+	}
+	return false
+}
+
 // StateStore reads the state topic. Implementations must be safe for
 // concurrent use; KafkaState is walbox's.
 type StateStore interface {
@@ -186,6 +216,9 @@ type stateValue struct {
 	SystemID string `json:"system_id,omitempty"`
 	Timeline int32  `json:"timeline,omitempty"`
 	Database string `json:"database,omitempty"`
+	// Ancestry is History.Ancestry: the switch points of the timeline's
+	// history, absent on timeline 1 and in records of older walboxes.
+	Ancestry string `json:"ancestry,omitempty"`
 	// SplitCommitLSN is the commit LSN of the Postgres transaction the
 	// Kafka transaction ended inside; its first SplitChanges changes are
 	// committed.
@@ -196,7 +229,7 @@ type stateValue struct {
 func encodeState(p StatePosition, records int) []byte {
 	h := p.History
 	v := stateValue{Slot: h.Slot, CommitLSN: p.CommitLSN.String(), EndLSN: p.EndLSN.String(), Records: records,
-		SystemID: h.SystemID, Timeline: h.Timeline, Database: h.Database}
+		SystemID: h.SystemID, Timeline: h.Timeline, Database: h.Database, Ancestry: h.Ancestry}
 	if !p.Split.IsZero() {
 		v.SplitCommitLSN, v.SplitChanges = p.Split.CommitLSN.String(), p.Split.Changes
 	}
@@ -218,7 +251,7 @@ func decodeState(b []byte) (StatePosition, error) {
 		return StatePosition{}, fmt.Errorf("end_lsn: %w", err)
 	}
 	pos := StatePosition{CommitLSN: c, EndLSN: e,
-		History: History{SystemID: v.SystemID, Timeline: v.Timeline, Database: v.Database, Slot: v.Slot}}
+		History: History{SystemID: v.SystemID, Timeline: v.Timeline, Database: v.Database, Slot: v.Slot, Ancestry: v.Ancestry}}
 	if v.SplitCommitLSN != "" {
 		sc, err := pglogrepl.ParseLSN(v.SplitCommitLSN)
 		if err != nil {

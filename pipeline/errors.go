@@ -64,6 +64,13 @@ func IsRetryable(err error) bool {
 		// A standby's check before START_REPLICATION: as 55006 below.
 		return true
 	}
+	var standby *standbyServerError
+	if errors.As(err, &standby) {
+		// The connection reached a standby (whatever it refused, 55000
+		// included): the next one may reach the primary (a multi-host
+		// DSN, a DNS name or VIP that moves), or the standby be promoted.
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
@@ -111,6 +118,36 @@ func IsRetryable(err error) bool {
 		return true
 	}
 	return errors.As(err, &lost)
+}
+
+// standbyServerError ends a session whose replication connection reached a
+// server in recovery (a hot standby) while walbox was not told to decode
+// from one (Config.DecodeFromStandby): nothing it says about its WAL is
+// taken for the primary's, and the relay reconnects.
+type standbyServerError struct {
+	host     string
+	timeline int32
+	walEnd   pglogrepl.LSN
+	// err is START_REPLICATION's refusal, when the standby got that far.
+	err error
+}
+
+func (e *standbyServerError) Error() string {
+	msg := fmt.Sprintf("the replication connection reached %s, a standby (in recovery, timeline %d, WAL replayed up to %s), not the primary; walbox keeps reconnecting until it reaches the primary and takes nothing from the standby's WAL for a failover. "+
+		"Add target_session_attrs=read-write to a multi-host --pg-dsn, or point the DNS name or VIP at the primary; to decode from a standby on purpose (PostgreSQL 16+), set --heartbeat-interval=0",
+		e.host, e.timeline, e.walEnd)
+	if e.err != nil {
+		msg += ": " + e.err.Error()
+	}
+	return msg
+}
+
+func (e *standbyServerError) Unwrap() error { return e.err }
+
+// isPrerequisiteState reports SQLSTATE 55000 (object_not_in_prerequisite_state).
+func isPrerequisiteState(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55000"
 }
 
 // connectionLostError marks a failure of the replication connection itself

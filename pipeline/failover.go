@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -33,39 +35,61 @@ type historyResume struct {
 	// same transactions on both, positions from it on are not. 0 when
 	// nothing is known to be shared.
 	cutoff pglogrepl.LSN
+	// otherCluster is set when the server is another Postgres cluster:
+	// nothing walbox sent is in its history, nor erased from it.
+	otherCluster bool
 	// reason explains switched for the log.
 	reason string
 }
 
 // resumeOnHistory decides where a session may start on srv, given that the
 // relay last streamed from last (its History, zero before the first session)
-// and is at pos. It follows resumeFrom's rule: a position on an ancestor
-// timeline is trusted only up to that timeline's switch point.
+// and is at pos. Histories are compared by their content (the switch points
+// of the timeline history), not by their timeline numbers: two standbys of
+// one primary, promoted one after the other without a shared WAL archive,
+// are both on timeline 2 with different transactions after the first
+// switch point they do not share.
 //
 //   - First session: pos comes from the slot on this server; kept.
-//   - Same system and timeline: kept, unless the server's WAL ends before
-//     pos (a server that never had that WAL: a restore from an older
-//     backup), which the server cannot be resumed at; the slot's own
-//     position decides.
-//   - An ancestor timeline: at most its switch point.
-//   - Another system, or a timeline that is not an ancestor: nothing is
-//     shared; the slot's own position decides.
+//   - Another system: nothing is shared (another cluster); the slot's own
+//     position decides, and nothing is reported erased.
+//   - The same history: kept, unless the server's WAL ends before pos (a
+//     server that never had that WAL: a restore from an older backup),
+//     which the server cannot be resumed at; the slot's own position
+//     decides. A standby decoded on purpose (DecodeFromStandby) has only
+//     not replayed that far yet: kept.
+//   - An ancestor, a descendant or a sibling history: at most the end of
+//     the WAL the two share.
+//   - An ancestry that is not known (unreadable): by the timeline numbers,
+//     an ancestor timeline up to its switch point, anything else nothing.
 func resumeOnHistory(last History, pos pglogrepl.LSN, srv serverHistory) historyResume {
 	keep := historyResume{start: pos}
 	if !last.Known() {
 		return keep
 	}
 	if last.SystemID != srv.SystemID {
-		return historyResume{switched: true, reason: fmt.Sprintf(
-			"the server is another Postgres cluster (system %s, walbox streamed from system %s)", srv.SystemID, last.SystemID)}
+		return historyResume{switched: true, otherCluster: true, reason: fmt.Sprintf(
+			"the server is another Postgres cluster (system %s, walbox streamed from system %s): a rebuilt cluster, a pg_upgrade that kept the slot, a blue/green switchover; its transactions are not the ones walbox streamed, and none of those is taken for erased", srv.SystemID, last.SystemID)}
 	}
-	if last.Timeline == srv.Timeline {
-		if pos <= srv.WALEnd {
+	rel, end := sharedHistory(last, srv.History)
+	if rel == historiesUnknown && last.Timeline == srv.Timeline {
+		rel = historiesSame
+	}
+	switch rel {
+	case historiesSame:
+		if pos <= srv.WALEnd || srv.InRecovery {
 			return keep
 		}
 		return historyResume{switched: true, cutoff: srv.WALEnd, reason: fmt.Sprintf(
 			"the server's WAL on timeline %d ends at %s, before walbox's position %s: it is not the server walbox streamed from (a restore from an older backup?)",
 			srv.Timeline, srv.WALEnd, pos)}
+	case historyAncestor:
+		return historyResume{start: min(pos, end), switched: true, cutoff: end, reason: fmt.Sprintf(
+			"the server switched from timeline %d to %d at %s (a failover or point-in-time recovery)", last.Timeline, srv.Timeline, end)}
+	case historyDescendant, historiesDiverged:
+		return historyResume{start: min(pos, end), switched: true, cutoff: end, reason: fmt.Sprintf(
+			"the server's timeline %d (switch points %q) is not the history walbox streamed, timeline %d (switch points %q): they share WAL up to %s only (another standby promoted, or the server restored to an earlier point)",
+			srv.Timeline, srv.Ancestry, last.Timeline, last.Ancestry, end)}
 	}
 	sw, ok := srv.Switches[last.Timeline]
 	switch {
@@ -93,11 +117,14 @@ func (r *Relay) FailoverErased() (events uint64, at time.Time) {
 	return n, time.Unix(0, r.erasedAt.Load()).UTC()
 }
 
-// historyChanged reports whether a session at pos needs the server's
-// timeline history to decide where to start: the server is not on the
-// timeline the relay last streamed, or its WAL ends before pos.
-func (r *Relay) historyChanged(pos pglogrepl.LSN, srv serverHistory) bool {
-	return r.history.Known() && (r.history.SystemID != srv.SystemID || r.history.Timeline != srv.Timeline || pos > srv.WALEnd)
+// HistoryRewound returns how many times the server's history was found
+// switched (a failover, a restore, another cluster) and the end of the WAL
+// the last switch's two histories share: positions after it are other
+// transactions now. It feeds the trailing slot's keeper
+// (retention.Config.Rewound). Safe for concurrent use.
+func (r *Relay) HistoryRewound() (n uint64, to pglogrepl.LSN) {
+	n = r.rewinds.Load()
+	return n, pglogrepl.LSN(r.rewoundTo.Load())
 }
 
 // adoptHistory runs when a session has identified its server, before it
@@ -117,6 +144,12 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 	attrs := []any{"slot", r.cfg.Slot, "reason", h.reason, "switch_lsn", h.cutoff.String(),
 		"timeline", srv.Timeline, "previous_timeline", last.Timeline, "resume_lsn", h.start.String()}
 	switch {
+	case h.otherCluster:
+		// Not an erasure: the events are in the history of the cluster
+		// walbox streamed before, which this one never shared.
+		r.log.Error(fmt.Sprintf("the server is another Postgres cluster than the one walbox streamed from (system %s, before %s): nothing walbox sent is taken for erased; streaming this cluster's slot from its own position. Make sure --postgres-dsn is meant to reach this cluster: Kafka now gets its events after the other's",
+			srv.SystemID, last.SystemID),
+			append(attrs, "system_id", srv.SystemID, "previous_system_id", last.SystemID, "another_cluster", true)...)
 	case events > 0:
 		r.metrics.failoverErased.Add(float64(events))
 		r.erasedEvents.Add(events)
@@ -125,8 +158,12 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 		if !exact {
 			qualifier = "at least "
 		}
-		r.log.Error(fmt.Sprintf("the database no longer has transactions walbox had already sent to Kafka: %s%d events of transactions committed between %s and %s on timeline %d; consumers may need to compensate for them. Streaming the new history from %s",
-			qualifier, events, h.cutoff, streamedTo, last.Timeline, h.start),
+		streamed := fmt.Sprintf("timeline %d", last.Timeline)
+		if last.Ancestry != "" {
+			streamed += fmt.Sprintf(" (switch points %s)", last.Ancestry)
+		}
+		r.log.Error(fmt.Sprintf("the database no longer has transactions walbox had already sent to Kafka: %s%d events of transactions committed between %s and %s on the history walbox streamed, %s; consumers may need to compensate for them. Streaming the new history from %s",
+			qualifier, events, h.cutoff, streamedTo, streamed, h.start),
 			append(attrs, "erased_from_lsn", h.cutoff.String(), "erased_to_lsn", streamedTo.String(),
 				"erased_events", events, "erased_events_exact", exact)...)
 	case streamedTo > h.cutoff:
@@ -136,6 +173,11 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 		r.log.Info("the server's history changed; walbox had not streamed past the shared part", attrs...)
 	}
 	// LSNs from the cutoff on name other transactions now.
+	// Confirmed first: a keeper that sees the rewind must not then record
+	// the old history's position as confirmed now.
+	r.confirmed.Store(min(r.confirmed.Load(), uint64(h.start)))
+	r.rewoundTo.Store(uint64(h.cutoff))
+	r.rewinds.Add(1)
 	r.tracker = checkpoint.New(h.start)
 	if r.eos != nil {
 		r.eos.safe = min(r.eos.safe, h.start)
@@ -153,64 +195,156 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 	return h.start
 }
 
-// sentLedger counts the records the relay handed to Kafka per commit LSN,
-// so that a failover can say how many events it sent of transactions the
-// new history does not have. It keeps one mark per transaction, at most
-// maxSentMarks: when full it forgets the oldest half, and counts from
-// before them are then lower bounds.
+// sentLedger counts the records of each transaction that reached Kafka,
+// by commit LSN, so that a failover can say how many events of
+// transactions the new history does not have consumers may have seen:
+// records Kafka acknowledged (at least once), or that a committed Kafka
+// transaction holds (exactly once), each record once however often it was
+// produced (by its place in its transaction). Records purged unacknowledged
+// or thrown away by an aborted Kafka transaction are not counted. It keeps
+// at most maxSentMarks transactions: when full it forgets the oldest half,
+// and counts reaching back to them are then lower bounds.
 //
-// Owned by the goroutine running Relay.Run.
+// Safe for concurrent use: acks arrive on the producer's goroutines.
 type sentLedger struct {
-	marks []sentMark
-	// truncated is set once old marks were forgotten.
+	mu    sync.Mutex
+	marks map[pglogrepl.LSN]*ordSet
+	// pending holds, in exactly-once mode, the keys of records Kafka
+	// acknowledged in the open transaction, counted once it commits.
+	pending []replayKey
+	// forgotten is the highest commit LSN forgotten for space; truncated
+	// is set once one was.
+	forgotten pglogrepl.LSN
 	truncated bool
 }
 
-type sentMark struct {
-	commit pglogrepl.LSN
-	n      uint64
+// ordSet is the set of places in one transaction of its records counted.
+type ordSet struct {
+	bits    []uint64
+	message bool // the non-transactional message of this LSN
+	n       uint64
 }
 
-// maxSentMarks bounds the ledger: 1 MiB, a minute of a thousand
-// transactions a second.
-const maxSentMarks = 1 << 16
-
-// add counts one record of the transaction that commits at commit.
-func (l *sentLedger) add(commit pglogrepl.LSN) {
-	if n := len(l.marks); n > 0 && l.marks[n-1].commit == commit {
-		l.marks[n-1].n++
+func (o *ordSet) add(ord uint32) {
+	if ord == nonTransactional {
+		if !o.message {
+			o.message, o.n = true, o.n+1
+		}
 		return
 	}
-	if len(l.marks) == maxSentMarks {
-		k := copy(l.marks, l.marks[maxSentMarks/2:])
-		l.marks = l.marks[:k]
-		l.truncated = true
+	w, b := int(ord/64), uint64(1)<<(ord%64)
+	if w >= len(o.bits) {
+		o.bits = append(o.bits, make([]uint64, w+1-len(o.bits))...)
 	}
-	l.marks = append(l.marks, sentMark{commit: commit, n: 1})
+	if o.bits[w]&b == 0 {
+		o.bits[w] |= b
+		o.n++
+	}
 }
 
-// since returns how many records were sent of transactions committed at or
-// after from, and whether that count is exact (no mark that could count
+// maxSentMarks bounds the ledger: a minute of a thousand transactions a
+// second.
+const maxSentMarks = 1 << 16
+
+// acked counts a record Kafka acknowledged; inTxn defers it to the commit
+// of its Kafka transaction (committed).
+func (l *sentLedger) acked(key replayKey, inTxn bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if inTxn {
+		l.pending = append(l.pending, key)
+		return
+	}
+	l.count(key)
+}
+
+// committed counts the records of the Kafka transaction that committed.
+func (l *sentLedger) committed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range l.pending {
+		l.count(k)
+	}
+	l.pending = l.pending[:0]
+}
+
+// aborted drops the records of an aborted Kafka transaction: no
+// read_committed consumer sees them.
+func (l *sentLedger) aborted() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = l.pending[:0]
+}
+
+func (l *sentLedger) count(key replayKey) {
+	if l.marks == nil {
+		l.marks = map[pglogrepl.LSN]*ordSet{}
+	}
+	o := l.marks[key.commit]
+	if o == nil {
+		if l.truncated && key.commit <= l.forgotten {
+			return // counted before, maybe: the count is a lower bound
+		}
+		if len(l.marks) == maxSentMarks {
+			l.forgetOldest()
+		}
+		o = &ordSet{}
+		l.marks[key.commit] = o
+	}
+	o.add(key.ord)
+}
+
+// forgetOldest drops the older half of the marks.
+func (l *sentLedger) forgetOldest() {
+	commits := make([]pglogrepl.LSN, 0, len(l.marks))
+	for c := range l.marks {
+		commits = append(commits, c)
+	}
+	slices.Sort(commits)
+	for _, c := range commits[:len(commits)/2] {
+		delete(l.marks, c)
+	}
+	l.forgotten = max(l.forgotten, commits[len(commits)/2-1])
+	l.truncated = true
+}
+
+// since returns how many records were counted of transactions committed at
+// or after from, and whether that count is exact (no mark that could count
 // was forgotten).
 func (l *sentLedger) since(from pglogrepl.LSN) (n uint64, exact bool) {
-	for _, m := range l.marks {
-		if m.commit >= from {
-			n += m.n
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c, o := range l.marks {
+		if c >= from {
+			n += o.n
 		}
 	}
-	exact = !l.truncated || (len(l.marks) > 0 && l.marks[0].commit < from)
-	return n, exact
+	return n, !l.truncated || l.forgotten < from
 }
 
 // forgetFrom drops the marks of transactions committed at or after from:
 // those LSNs belong to other transactions on the new history.
 func (l *sentLedger) forgetFrom(from pglogrepl.LSN) {
-	kept := l.marks[:0]
-	for _, m := range l.marks {
-		if m.commit < from {
-			kept = append(kept, m)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.marks {
+		if c >= from {
+			delete(l.marks, c)
 		}
 	}
-	clear(l.marks[len(kept):])
-	l.marks = kept
+	if l.forgotten >= from {
+		// What was forgotten there is of the old history: nothing of
+		// the new one is missing from the count.
+		l.forgotten = 0
+		if from > 0 {
+			l.forgotten = from - 1
+		}
+	}
+	kept := l.pending[:0]
+	for _, k := range l.pending {
+		if k.commit < from {
+			kept = append(kept, k)
+		}
+	}
+	l.pending = kept
 }

@@ -58,6 +58,7 @@ type failoverPair struct {
 	link, endpoint *faultproxy.Proxy
 	conn           *pgx.Conn // to the primary, then to the promoted standby
 	brokers        []string
+	cluster        *kfake.Cluster
 	fc             failoverCase
 	// mon is the heartbeat monitor, with multiHost.
 	mon *heartbeat.Monitor
@@ -87,6 +88,16 @@ type failoverCase struct {
 	// primary synchronizes the slot, and the promoted primary is crashed
 	// and its standby promoted in turn (timeline 3).
 	twice bool
+	// standby runs walbox with --standby.
+	standby bool
+	// lostFlush is --lost-session-flush-timeout; 0 the default.
+	lostFlush time.Duration
+	// txnPhase is Config.TxnPhase (exactly once).
+	txnPhase func(phase string)
+	// slot and dsn replace walbox's slot "walbox" and the endpoint's DSN;
+	// decodeFromStandby is Config.DecodeFromStandby.
+	slot, dsn         string
+	decodeFromStandby bool
 }
 
 // startFailoverPair starts the pair and walbox.
@@ -142,7 +153,7 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, fc f
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	p.brokers = cluster.ListenAddrs()
+	p.brokers, p.cluster = cluster.ListenAddrs(), cluster
 	p.startRelay(t, slot.ConfirmedFlushLSN)
 	return p
 }
@@ -151,7 +162,9 @@ func startFailoverPair(t *testing.T, ctx context.Context, v pgtest.Version, fc f
 func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 	t.Helper()
 	eos := p.fc.eos
-	p.reg = prometheus.NewRegistry()
+	// Captured: a second relay of the same pair gets a registry of its own.
+	reg := prometheus.NewRegistry()
+	p.reg = reg
 	log := testLogger(t)
 	limits := pipeline.NewKafkaTopicLimits()
 	kc := pipeline.KafkaConfig{Brokers: p.brokers, MaxBufferedRecords: 2001, TopicLimits: limits}
@@ -165,7 +178,7 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 		}
 	})
 	newClient := func() (*kgo.Client, error) {
-		c, err := pipeline.NewKafkaClient(kc, log, p.reg)
+		c, err := pipeline.NewKafkaClient(kc, log, reg)
 		if err == nil {
 			clients = append(clients, c)
 		}
@@ -184,12 +197,20 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 		dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=%s",
 			p.standby.Port(), p.primary.Port(), p.fc.multiHost)
 	}
+	if p.fc.dsn != "" {
+		dsn = p.fc.dsn
+	}
+	slotName := "walbox"
+	if p.fc.slot != "" {
+		slotName = p.fc.slot
+	}
 	cfg := pipeline.Config{
-		ConnString: dsn,
-		Slot:       "walbox", Publication: "walbox",
+		ConnString: dsn, DecodeFromStandby: p.fc.decodeFromStandby,
+		Slot: slotName, Publication: "walbox",
 		StatusInterval: 100 * time.Millisecond, DedupWindow: 10000, MaxInflightRecords: 2000,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		TopicLimits: limits,
+		Standby:     p.fc.standby, StandbyRetry: 100 * time.Millisecond, LostSessionFlushTimeout: p.fc.lostFlush,
 	}
 	if p.fc.multiHost != "" {
 		// The heartbeat monitor's ordinary connection goes through the
@@ -199,7 +220,7 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 			t.Fatal(err)
 		}
 		var relay *pipeline.Relay
-		if p.mon, err = heartbeat.New(100*time.Millisecond, "walbox", cc, func() bool { return relay != nil && relay.Streaming() }, p.reg, log); err != nil {
+		if p.mon, err = heartbeat.New(100*time.Millisecond, "walbox", cc, func() bool { return relay != nil && relay.Streaming() }, reg, log); err != nil {
 			t.Fatal(err)
 		}
 		cfg.Heartbeats, cfg.OnHeartbeat = true, p.mon.Seen
@@ -214,16 +235,18 @@ func (p *failoverPair) startRelay(t *testing.T, start pglogrepl.LSN) {
 	if eos {
 		cfg.Delivery = pipeline.DeliveryExactlyOnce
 		cfg.TransactionMaxRecords, cfg.TransactionMaxInterval = 100, 100*time.Millisecond
+		cfg.TxnPhase = p.fc.txnPhase
 		cfg.State = pipeline.NewKafkaState(pipeline.KafkaConfig{Brokers: p.brokers}, "walbox.state")
 		// A new client per session, as walbox run does.
 		cfg.NewTxnProducer = func() (pipeline.TxnProducer, error) { return newClient() }
 	}
-	if p.relay, err = pipeline.New(cfg, kcl, rt, p.reg, log); err != nil {
+	if p.relay, err = pipeline.New(cfg, kcl, rt, reg, log); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.relay.Run(rctx, start) }()
+	relay := p.relay
+	go func() { done <- relay.Run(rctx, start) }()
 	var once sync.Once
 	p.stopRelay = func() {
 		once.Do(func() {

@@ -2,11 +2,13 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestResumeOnHistory(t *testing.T) {
@@ -63,12 +65,33 @@ func TestResumeOnHistory(t *testing.T) {
 
 func TestSentLedger(t *testing.T) {
 	var l sentLedger
-	for _, c := range []pglogrepl.LSN{0x100, 0x100, 0x200, 0x300, 0x300, 0x300} {
-		l.add(c)
+	for _, k := range []replayKey{{0x100, 0}, {0x100, 1}, {0x200, 0}, {0x300, 0}, {0x300, 1}, {0x300, 2}} {
+		l.acked(k, false)
 	}
-	l.add(0x200) // a transaction sent again after a reconnect
-	if n, exact := l.since(0x200); n != 5 || !exact {
-		t.Fatalf("since 0x200 = %d, %v; want 5, true", n, exact)
+	// A transaction produced again after a reconnect, its records
+	// acknowledged twice: each counts once.
+	l.acked(replayKey{0x200, 0}, false)
+	l.acked(replayKey{0x300, 2}, false)
+	if n, exact := l.since(0x200); n != 4 || !exact {
+		t.Fatalf("since 0x200 = %d, %v; want 4, true", n, exact)
+	}
+	// Exactly once: acknowledged records count only once their Kafka
+	// transaction commits.
+	l.acked(replayKey{0x400, 0}, true)
+	l.acked(replayKey{0x400, 1}, true)
+	if n, _ := l.since(0x400); n != 0 {
+		t.Fatalf("%d records of an uncommitted Kafka transaction counted", n)
+	}
+	l.aborted()
+	l.acked(replayKey{0x400, 0}, true)
+	l.committed()
+	if n, _ := l.since(0x400); n != 1 {
+		t.Fatalf("%d records of 0x400 counted; want the 1 committed (the aborted transaction's none)", n)
+	}
+	l.acked(replayKey{0x500, nonTransactional}, false)
+	l.acked(replayKey{0x500, nonTransactional}, false)
+	if n, _ := l.since(0x500); n != 1 {
+		t.Fatalf("a non-transactional message acknowledged twice counts %d", n)
 	}
 	l.forgetFrom(0x200)
 	if n, _ := l.since(0); n != 2 {
@@ -77,7 +100,7 @@ func TestSentLedger(t *testing.T) {
 
 	var full sentLedger
 	for i := range maxSentMarks + 1 {
-		full.add(pglogrepl.LSN(i + 1))
+		full.acked(replayKey{commit: pglogrepl.LSN(i + 1)}, false)
 	}
 	if n, exact := full.since(1); exact || n != maxSentMarks/2+1 {
 		t.Fatalf("a truncated ledger counts %d, exact %v; want %d, false", n, exact, maxSentMarks/2+1)
@@ -116,8 +139,8 @@ func TestFailoverErasedIsReported(t *testing.T) {
 	promoted := serverHistory{History: old, WALEnd: 0x9000, Switches: map[int32]pglogrepl.LSN{1: 0x2000}}
 	promoted.Timeline = 2
 	r.history = old
-	for _, c := range []pglogrepl.LSN{0x1000, 0x3000, 0x3000, 0x4000} {
-		r.sent.add(c)
+	for _, k := range []replayKey{{0x1000, 0}, {0x3000, 0}, {0x3000, 1}, {0x4000, 0}} {
+		r.sent.acked(k, false)
 	}
 	before := time.Now()
 	if start := r.adoptHistory(0x5000, promoted); start != 0x2000 {
@@ -126,5 +149,118 @@ func TestFailoverErasedIsReported(t *testing.T) {
 	n, at := r.FailoverErased()
 	if n != 3 || at.Before(before.Add(-time.Second)) {
 		t.Fatalf("after the failover: %d at %v, want the 3 events committed after 0/2000, now", n, at)
+	}
+}
+
+// TestHistoriesComparedByContent: two standbys of one primary promoted one
+// after the other, without a shared archive, are both on timeline 2 with
+// different switch points. walbox compared the timeline numbers only and
+// resumed at its position on the first one's timeline: the second one's
+// transactions below it were never delivered, and the first one's that the
+// second lacks were not reported.
+func TestHistoriesComparedByContent(t *testing.T) {
+	b := History{SystemID: "71", Timeline: 2, Database: "app", Slot: "walbox", Ancestry: "1@0/5000"}
+	c := b
+	c.Ancestry = "1@0/3000"
+	d := History{SystemID: "71", Timeline: 3, Database: "app", Slot: "walbox", Ancestry: "1@0/5000 2@0/7000"}
+	one := History{SystemID: "71", Timeline: 1, Database: "app", Slot: "walbox"}
+	for _, tt := range []struct {
+		name    string
+		a, b    History
+		wantRel historyRelation
+		wantEnd pglogrepl.LSN
+	}{
+		{"same", b, b, historiesSame, 0},
+		{"first timeline on both", one, one, historiesSame, 0},
+		{"siblings on timeline 2", b, c, historiesDiverged, 0x3000},
+		{"siblings, the other way", c, b, historiesDiverged, 0x3000},
+		{"timeline 1 is an ancestor of 2", one, b, historyAncestor, 0x5000},
+		{"timeline 2 descends from 1", b, one, historyDescendant, 0x5000},
+		{"grandparent", one, d, historyAncestor, 0x5000},
+		{"parent", b, d, historyAncestor, 0x7000},
+		{"an uncle", c, d, historiesDiverged, 0x3000},
+		{"ancestry not recorded", History{SystemID: "71", Timeline: 2}, b, historiesUnknown, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rel, end := sharedHistory(tt.a, tt.b)
+			if rel != tt.wantRel || (rel != historiesSame && rel != historiesUnknown && end != tt.wantEnd) {
+				t.Fatalf("sharedHistory = %v, %s; want %v, %s", rel, end, tt.wantRel, tt.wantEnd)
+			}
+		})
+	}
+
+	srvC := serverHistory{History: c, WALEnd: 0x9000, Switches: map[int32]pglogrepl.LSN{1: 0x3000}}
+	got := resumeOnHistory(b, 0x6000, srvC)
+	if got.start != 0x3000 || !got.switched || got.cutoff != 0x3000 || !strings.Contains(got.reason, "share WAL up to 0/3000") {
+		t.Fatalf("walbox at 0/6000 on B's timeline 2, server C on timeline 2 switched at 0/3000: got %+v, want a resume at 0/3000", got)
+	}
+	if got := resumeOnHistory(b, 0x6000, serverHistory{History: b, WALEnd: 0x9000}); got.switched || got.start != 0x6000 {
+		t.Fatalf("the same history: got %+v, want the position kept", got)
+	}
+	// The same in exactly-once mode: the committed position on B's
+	// timeline 2 skips only what C shares with it.
+	skip, warn, err := resumeFrom(StatePosition{CommitLSN: 0x5ff0, EndLSN: 0x6000, History: b}, srvC)
+	if err != nil || skip != 0x3000 || !strings.Contains(warn, "shares with the server's") {
+		t.Fatalf("resumeFrom B's position on C = %s, %q, %v; want 0/3000 with a warning", skip, warn, err)
+	}
+	if _, _, err := resumeFrom(StatePosition{CommitLSN: 0x100, EndLSN: 0x200, History: d}, serverHistory{History: b, WALEnd: 0x9000}); err == nil || !strings.Contains(err.Error(), "left the server's timeline 2") {
+		t.Fatalf("a position of a timeline that descends from the server's: %v, want a refusal", err)
+	}
+}
+
+// TestOwnCommitOnAnOldTimelineDoesNotOverrideTheStateTopic: an exactly-once
+// --standby instance's own last commit on timeline 1 overrode its peer's
+// newer commit on timeline 2 at a lower LSN, and the peer's committed
+// events were produced again.
+func TestOwnCommitOnAnOldTimelineDoesNotOverrideTheStateTopic(t *testing.T) {
+	tl1 := History{SystemID: "71", Timeline: 1, Database: "app", Slot: "walbox"}
+	tl2 := History{SystemID: "71", Timeline: 2, Database: "app", Slot: "walbox", Ancestry: "1@0/3000"}
+	at := func(end pglogrepl.LSN, h History) StatePosition {
+		return StatePosition{CommitLSN: end - 0x10, EndLSN: end, History: h}
+	}
+	for _, tt := range []struct {
+		name      string
+		own, read StatePosition
+		want      bool
+	}{
+		{"nothing read", at(0x5000, tl1), StatePosition{}, true},
+		{"same history, own later (a compaction race)", at(0x5000, tl1), at(0x4000, tl1), true},
+		{"same history, own earlier", at(0x4000, tl1), at(0x5000, tl1), false},
+		{"own on timeline 1 at a higher LSN, the peer's on timeline 2", at(0x5000, tl1), at(0x4000, tl2), false},
+		{"own on timeline 2, the state topic's on timeline 1", at(0x4000, tl2), at(0x5000, tl1), true},
+		{"an older walbox's record", at(0x5000, tl1), at(0x4000, History{Slot: "walbox"}), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.own.supersedes(tt.read); got != tt.want {
+				t.Fatalf("supersedes = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestStandbyServerIsRetried: a session that reached a standby ends with
+// standbyServerError, also when START_REPLICATION refused it with SQLSTATE
+// 55000 (object_not_in_prerequisite_state), which alone is not retryable:
+// walbox stopped for good when a flapping endpoint reached a standby.
+func TestStandbyServerIsRetried(t *testing.T) {
+	refusal := fmt.Errorf("start replication on slot %q: %w", "walbox", &pgconn.PgError{Code: "55000", Message: "cannot use replication slot \"walbox\" for logical decoding"})
+	if IsRetryable(refusal) {
+		t.Fatal("a bare 55000 is retryable: the test does not test")
+	}
+	for _, err := range []error{
+		&standbyServerError{host: "127.0.0.1:5432", timeline: 1, walEnd: 0x5000},
+		&standbyServerError{host: "127.0.0.1:5432", timeline: 1, walEnd: 0x5000, err: refusal},
+	} {
+		if !IsRetryable(err) {
+			t.Errorf("not retryable: %v", err)
+		}
+		for _, want := range []string{"127.0.0.1:5432", "standby", "target_session_attrs=read-write", "--heartbeat-interval=0"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not name %q", err, want)
+			}
+		}
+	}
+	if !isPrerequisiteState(refusal) {
+		t.Error("55000 not recognised through the wrapping")
 	}
 }

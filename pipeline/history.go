@@ -28,6 +28,16 @@ type History struct {
 	Database string
 	// Slot is the replication slot.
 	Slot string
+	// Ancestry is the content of the timeline's history (TIMELINE_HISTORY):
+	// each ancestor timeline and the LSN where the history switched away
+	// from it, oldest first, as "1@0/3000158 2@0/5000060". Empty on the
+	// first timeline, and where it is not known (a state record of an
+	// older walbox, a history that could not be read). Two servers on the
+	// same timeline number with different ancestries (two standbys of one
+	// primary promoted one after the other, without a shared WAL archive)
+	// hold different transactions after the first switch point they do
+	// not share (sharedHistory).
+	Ancestry string
 }
 
 // Known reports whether h was recorded: state records written before
@@ -38,7 +48,112 @@ func (h History) String() string {
 	if !h.Known() {
 		return fmt.Sprintf("slot %q (no system identifier recorded)", h.Slot)
 	}
+	if h.Ancestry != "" {
+		return fmt.Sprintf("system %s timeline %d (switched at %s) database %q slot %q", h.SystemID, h.Timeline, h.Ancestry, h.Database, h.Slot)
+	}
 	return fmt.Sprintf("system %s timeline %d database %q slot %q", h.SystemID, h.Timeline, h.Database, h.Slot)
+}
+
+// timelineSwitch is one line of a timeline history file: the history left
+// timeline Timeline at LSN.
+type timelineSwitch struct {
+	Timeline int32
+	LSN      pglogrepl.LSN
+}
+
+// formatAncestry renders switches as History.Ancestry.
+func formatAncestry(switches []timelineSwitch) string {
+	parts := make([]string, len(switches))
+	for i, s := range switches {
+		parts[i] = fmt.Sprintf("%d@%s", s.Timeline, s.LSN)
+	}
+	return strings.Join(parts, " ")
+}
+
+// ancestry parses h.Ancestry; ok is false when the ancestry is not known
+// (a timeline past the first without one recorded, or one that does not
+// parse).
+func (h History) ancestry() (switches []timelineSwitch, ok bool) {
+	if h.Ancestry == "" {
+		return nil, h.Timeline <= 1
+	}
+	for _, f := range strings.Fields(h.Ancestry) {
+		tli, lsn, found := strings.Cut(f, "@")
+		if !found {
+			return nil, false
+		}
+		n, err := strconv.ParseInt(tli, 10, 32)
+		if err != nil {
+			return nil, false
+		}
+		l, err := pglogrepl.ParseLSN(lsn)
+		if err != nil {
+			return nil, false
+		}
+		switches = append(switches, timelineSwitch{Timeline: int32(n), LSN: l})
+	}
+	return switches, true
+}
+
+// historyRelation says how two histories of one system relate.
+type historyRelation int
+
+const (
+	// historiesUnknown: an ancestry is not known; only the timeline
+	// numbers can be compared.
+	historiesUnknown historyRelation = iota
+	// historiesSame: the same timeline with the same switch points.
+	historiesSame
+	// historyAncestor: the first history's timeline is an ancestor of
+	// the second's, which left it at the shared end.
+	historyAncestor
+	// historyDescendant: the second's timeline is an ancestor of the
+	// first's.
+	historyDescendant
+	// historiesDiverged: neither contains the other (siblings): they
+	// share WAL up to the shared end only.
+	historiesDiverged
+)
+
+// sharedHistory compares two histories of one system by their content,
+// never by their timeline numbers alone: each is a sequence of timelines,
+// each timeline running from the previous switch point to its own (the
+// current one without end). They share WAL up to end, where they first
+// differ; end is meaningless for historiesSame and historiesUnknown.
+//
+// Two servers on the same timeline with the same switch points are taken
+// for the same history: a timeline history file cannot tell two standbys
+// promoted at the very same LSN apart (resumeOnHistory's WAL end check
+// remains).
+func sharedHistory(a, b History) (rel historyRelation, end pglogrepl.LSN) {
+	sa, oka := a.ancestry()
+	sb, okb := b.ancestry()
+	if !oka || !okb {
+		return historiesUnknown, 0
+	}
+	const open = pglogrepl.LSN(1<<64 - 1)
+	sa = append(sa, timelineSwitch{Timeline: a.Timeline, LSN: open})
+	sb = append(sb, timelineSwitch{Timeline: b.Timeline, LSN: open})
+	var begin pglogrepl.LSN
+	for i := 0; i < len(sa) && i < len(sb); i++ {
+		x, y := sa[i], sb[i]
+		switch {
+		case x.Timeline != y.Timeline:
+			return historiesDiverged, begin
+		case x.LSN == y.LSN && x.LSN == open:
+			return historiesSame, 0
+		case x.LSN == y.LSN:
+			begin = x.LSN
+		case x.LSN == open:
+			return historyAncestor, y.LSN
+		case y.LSN == open:
+			return historyDescendant, x.LSN
+		default:
+			return historiesDiverged, min(x.LSN, y.LSN)
+		}
+	}
+	// A history file that lists a timeline twice: nothing known.
+	return historiesUnknown, 0
 }
 
 // serverHistory is what a replication session learns about the server's
@@ -55,6 +170,18 @@ type serverHistory struct {
 	// SwitchesErr is why Switches could not be read, when a session in
 	// at-least-once mode needed them (failover.go).
 	SwitchesErr error
+	// InRecovery is pg_is_in_recovery(): the server is a standby.
+	InRecovery bool
+}
+
+// serverInRecovery asks a replication connection whether its server is a
+// standby (replication=database connections take simple SQL queries).
+func serverInRecovery(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
+	row, err := simpleQueryRow(ctx, conn, `SELECT pg_catalog.pg_is_in_recovery()`)
+	if err != nil || len(row) != 1 {
+		return false, fmt.Errorf("ask the server whether it is a standby (pg_is_in_recovery()): %w", err)
+	}
+	return row[0] == "t", nil
 }
 
 // identifyServer runs IDENTIFY_SYSTEM, and TIMELINE_HISTORY when the
@@ -65,7 +192,7 @@ func identifyServer(ctx context.Context, conn *pgconn.PgConn, slot string) (serv
 	if err != nil {
 		return serverHistory{}, err
 	}
-	if srv.Switches, err = timelineSwitches(ctx, conn, srv.Timeline); err != nil {
+	if err := readAncestry(ctx, conn, &srv); err != nil {
 		return serverHistory{}, err
 	}
 	return srv, nil
@@ -83,28 +210,48 @@ func identifySystem(ctx context.Context, conn *pgconn.PgConn, slot string) (serv
 	}, nil
 }
 
-// timelineSwitches reads the ancestors of timeline tli and their switch
-// points (TIMELINE_HISTORY); nil for the first timeline, which has none.
-func timelineSwitches(ctx context.Context, conn *pgconn.PgConn, tli int32) (map[int32]pglogrepl.LSN, error) {
-	if tli <= 1 {
-		return nil, nil
+// readAncestry reads the server's timeline history into srv: Switches and
+// Ancestry, or SwitchesErr.
+func readAncestry(ctx context.Context, conn *pgconn.PgConn, srv *serverHistory) error {
+	if srv.Timeline <= 1 {
+		return nil
 	}
-	th, err := pglogrepl.TimelineHistory(ctx, conn, tli)
+	th, err := pglogrepl.TimelineHistory(ctx, conn, srv.Timeline)
 	if err != nil {
-		return nil, fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", tli, err)
+		srv.SwitchesErr = fmt.Errorf("read the history of timeline %d (TIMELINE_HISTORY): %w", srv.Timeline, err)
+		return srv.SwitchesErr
 	}
-	switches, err := parseTimelineHistory(th.Content)
+	list, err := parseTimelineSwitches(th.Content)
 	if err != nil {
-		return nil, fmt.Errorf("timeline history file %s: %w", th.FileName, err)
+		srv.SwitchesErr = fmt.Errorf("timeline history file %s: %w", th.FileName, err)
+		return srv.SwitchesErr
 	}
-	return switches, nil
+	srv.Switches = make(map[int32]pglogrepl.LSN, len(list))
+	for _, s := range list {
+		srv.Switches[s.Timeline] = s.LSN
+	}
+	srv.Ancestry = formatAncestry(list)
+	return nil
 }
 
 // parseTimelineHistory reads a timeline history file: one line per
 // ancestor timeline, "<timeline>\t<switch LSN>\t<reason>", comments and
 // blank lines ignored.
 func parseTimelineHistory(content []byte) (map[int32]pglogrepl.LSN, error) {
-	switches := map[int32]pglogrepl.LSN{}
+	list, err := parseTimelineSwitches(content)
+	if err != nil {
+		return nil, err
+	}
+	switches := make(map[int32]pglogrepl.LSN, len(list))
+	for _, s := range list {
+		switches[s.Timeline] = s.LSN
+	}
+	return switches, nil
+}
+
+// parseTimelineSwitches reads a timeline history file in its order.
+func parseTimelineSwitches(content []byte) ([]timelineSwitch, error) {
+	var switches []timelineSwitch
 	sc := bufio.NewScanner(bytes.NewReader(content))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -123,7 +270,7 @@ func parseTimelineHistory(content []byte) (map[int32]pglogrepl.LSN, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: switch LSN %q: %w", n, f[1], err)
 		}
-		switches[int32(tli)] = lsn
+		switches = append(switches, timelineSwitch{Timeline: int32(tli), LSN: lsn})
 	}
 	return switches, sc.Err()
 }
@@ -170,6 +317,24 @@ func resumeFrom(pos StatePosition, srv serverHistory) (pglogrepl.LSN, string, er
 		return refuse("the system identifiers differ: it comes from another Postgres cluster (a new or rebuilt cluster, a logical dump reloaded, or another cluster using the same slot name on this Kafka)")
 	case st.Database != srv.Database:
 		return refuse(fmt.Sprintf("it was recorded for database %q, not %q", st.Database, srv.Database))
+	}
+	// By content first: the same timeline number can be another history.
+	switch rel, end := sharedHistory(st, srv.History); rel {
+	case historiesSame:
+		if pos.EndLSN > srv.WALEnd && !srv.InRecovery {
+			return refuse("it lies beyond the server's WAL on the same timeline: the database was restored from an older backup")
+		}
+		return pos.EndLSN, "", nil
+	case historyDescendant:
+		return refuse(fmt.Sprintf("it was recorded on timeline %d, which left the server's timeline %d at %s: the database was restored from an older backup, or the server is an old primary that was not shut down", st.Timeline, srv.Timeline, end))
+	case historyAncestor, historiesDiverged:
+		if pos.EndLSN <= end {
+			return pos.EndLSN, "", nil
+		}
+		return end, fmt.Sprintf("exactly-once: the committed position (%s on timeline %d, switch points %q) lies beyond the end of the WAL its history shares with the server's (timeline %d, switch points %q): %s. Kafka holds transactions of the other history that this one does not have, from %s on. Skipping only what precedes it; every transaction of the server's history after it is produced",
+			pos.EndLSN, st.Timeline, st.Ancestry, srv.Timeline, srv.Ancestry, end, end), nil
+	}
+	switch {
 	case st.Timeline == srv.Timeline:
 		if pos.EndLSN > srv.WALEnd {
 			return refuse("it lies beyond the server's WAL on the same timeline: the database was restored from an older backup")

@@ -39,7 +39,8 @@ func (p *ackingProducer) Flush(context.Context) error { return nil }
 // their exact commit LSNs (the final_lsn of pgoutput's Begin, read with
 // pg_logical_slot_peek_binary_changes from a helper slot), and replays with
 // bounds at, just inside and just outside them: both ends are inclusive
-// and compare with the commit LSN. Progress is reported while it runs.
+// and compare with the commit LSN. Progress is reported while it runs, and
+// every record carries its row's commit time as its timestamp.
 //
 // It runs on every installed version (temporary slot copies, pgoutput
 // proto_version 1 and the walsender differ between them).
@@ -52,7 +53,7 @@ func TestReplayBoundsAreCommitLSNsInclusive(t *testing.T) {
 func testReplayBounds(t *testing.T, opts ...func(*pgtest.Options)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv := pgtest.Start(t, opts...)
+	srv := pgtest.Start(t, append(opts, pgtest.WithSetting("track_commit_timestamp", "on"))...)
 	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +84,23 @@ func testReplayBounds(t *testing.T, opts ...func(*pgtest.Options)) {
 	commits := commitLSNs(ctx, t, conn)
 	if len(commits) != 5 {
 		t.Fatalf("found %d commits, want 5", len(commits))
+	}
+	// A replayed record carries its row's commit time, as the live one.
+	committed := map[string]time.Time{}
+	rows, err := conn.Query(ctx, `SELECT id::text, pg_xact_commit_timestamp(xmin) FROM public.outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			t.Fatal(err)
+		}
+		committed[id] = at
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	rt, err := router.New(router.Config{})
 	if err != nil {
@@ -132,6 +150,9 @@ func testReplayBounds(t *testing.T, opts ...func(*pgtest.Options)) {
 				}
 				if replay != "true" {
 					t.Errorf("record %s without %s: true", id, pipeline.ReplayHeader)
+				}
+				if !r.Timestamp.Equal(committed[id]) {
+					t.Errorf("record %s has timestamp %v, want its commit time %v", id, r.Timestamp, committed[id])
 				}
 				got = append(got, id)
 			}

@@ -83,6 +83,10 @@ type Relay struct {
 	// erased since the start (FailoverErased).
 	erasedEvents atomic.Uint64
 	erasedAt     atomic.Int64
+	// rewinds counts history switches, rewoundTo is the last one's
+	// shared end (HistoryRewound).
+	rewinds   atomic.Uint64
+	rewoundTo atomic.Uint64
 	// slotGap reports a slot someone else moved ahead (slotgap.go).
 	slotGap *slotGap
 
@@ -138,7 +142,8 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 func (r *Relay) Streaming() bool { return r.streaming.Load() }
 
 // Confirmed returns the position last confirmed to the server in a status
-// update (0 before the first); the server may not have received it yet.
+// update (0 before the first; after a history switch, at most where the new
+// session starts, until its first); the server may not have received it yet.
 // It feeds the trailing slot's history (package retention). Safe for
 // concurrent use.
 func (r *Relay) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(r.confirmed.Load()) }

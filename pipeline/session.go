@@ -56,14 +56,24 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if r.eos != nil || r.historyChanged(start, srv) {
-		srv.Switches, err = timelineSwitches(ctx, conn, srv.Timeline)
-		if err != nil && r.eos != nil {
-			return false, err
-		}
-		// At least once, a history that cannot be read shares nothing
-		// known: the slot's own position decides (failover.go).
-		srv.SwitchesErr = err
+	// The timeline's history is read on every connect: two servers on the
+	// same timeline number can hold different histories (failover.go).
+	if err := readAncestry(ctx, conn, &srv); err != nil && r.eos != nil {
+		return false, err
+	}
+	// At least once, a history that cannot be read shares nothing known
+	// beyond what the timeline numbers say (failover.go).
+	if srv.InRecovery, err = serverInRecovery(ctx, conn); err != nil {
+		return false, err
+	}
+	if srv.InRecovery && !r.cfg.DecodeFromStandby {
+		// A standby is not a failover: its shorter WAL says nothing
+		// about what the primary holds. Nothing is adopted from it.
+		return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline}
+	}
+	if srv.InRecovery {
+		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
+			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
 	}
 	if r.eos != nil {
 		r.eos.server = srv
@@ -81,7 +91,14 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	gap := r.checkSlotAhead(ctx, conn, start) // slotgap.go
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
-		return false, fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
+		err = fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
+		if srv.InRecovery && isPrerequisiteState(err) {
+			// 55000 on a standby (logical decoding before 16, a slot
+			// being synchronized from the primary on 17+): the server
+			// may be promoted, or the DSN reach the primary next time.
+			return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline, err: err}
+		}
+		return false, err
 	}
 	r.leaveStandby()
 	if r.eos != nil {
@@ -445,11 +462,11 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 	return nil
 }
 
-// remember records the key of a record about to be produced: for the
-// reconnect dedup window, and for what a failover may erase (failover.go).
+// remember records the key of a record about to be produced, for the
+// reconnect dedup window. What a failover may erase is counted once Kafka
+// acknowledged it (settle, failover.go).
 func (l *loop) remember(key replayKey) {
 	l.dedup.remember(key)
-	l.sent.add(key.commit)
 }
 
 // handleMessage routes a transactional outbox message (see message.go);
@@ -475,7 +492,7 @@ func (l *loop) handleMessage(m *decoder.Message, key replayKey) error {
 		return nil
 	}
 	l.log.Warn("malformed outbox message routed to the dead-letter topic", "lsn", m.LSN.String(), "xid", m.XID, "err", err)
-	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, err.Error())
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, m.XID, m.CommitTime, err.Error())
 	im := &inflightRecord{txn: l.txn, key: key, lsn: m.LSN, xid: m.XID, prefix: m.Prefix, commitTime: m.CommitTime, deadLetter: true}
 	rec, err = l.checkSize(rec, im)
 	if err != nil {
@@ -528,7 +545,7 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	reason := fmt.Sprintf("outbox message at %s with prefix %q is not transactional: %s", m.LSN, m.Prefix, advice)
 	l.log.Warn("non-transactional outbox message routed to the dead-letter topic",
 		"lsn", m.LSN.String(), "prefix", m.Prefix, "dead_letter_topic", l.cfg.DeadLetterTopic)
-	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, reason)
+	rec := router.MessageDeadLetter(l.cfg.DeadLetterTopic, m.Content, m.Prefix, m.LSN, 0, time.Time{}, reason)
 	txn := l.txn
 	standalone := txn == nil
 	if standalone {
@@ -644,6 +661,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
+	l.sent.acked(m.key, l.eos != nil)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
 		l.metrics.eventsDeadLettered.Inc()

@@ -15,16 +15,6 @@ import (
 	"github.com/walbox/walbox/router"
 )
 
-// currentLSN is the server's current WAL insert position.
-func currentLSN(t *testing.T, ctx context.Context, e *env) pglogrepl.LSN {
-	t.Helper()
-	var lsn pglogrepl.LSN
-	if err := e.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&lsn); err != nil {
-		t.Fatal(err)
-	}
-	return lsn
-}
-
 // TestSlotMovedAheadIsReported (issue 26's Patroni work): while walbox was
 // disconnected, someone moved its slot past walbox's position (here
 // pg_replication_slot_advance; a slot created again by an HA manager after
@@ -42,7 +32,7 @@ func TestSlotMovedAheadIsReported(t *testing.T) {
 	if err := outboxtest.WriteTx(ctx, e.conn, gen.Batch(5)); err != nil {
 		t.Fatal(err)
 	}
-	delivered := currentLSN(t, ctx, e)
+	delivered := currentLSN(t, ctx, e.conn)
 	waitFor(t, 30*time.Second, "walbox to confirm its first events", func() bool { return e.confirmedFlush(t) >= delivered })
 
 	var moved pglogrepl.LSN
@@ -80,7 +70,7 @@ func TestSlotMovedAheadIsReported(t *testing.T) {
 	if err := outboxtest.WriteTx(ctx, e.conn, gen.Batch(2)); err != nil {
 		t.Fatal(err)
 	}
-	after := currentLSN(t, ctx, e)
+	after := currentLSN(t, ctx, e.conn)
 	waitFor(t, 30*time.Second, "walbox to confirm the events after the gap", func() bool { return e.confirmedFlush(t) >= after })
 }
 
@@ -99,7 +89,7 @@ func TestStandbyPeerAheadIsNotReported(t *testing.T) {
 	if err := outboxtest.WriteTx(ctx, e.conn, gen.Batch(5)); err != nil {
 		t.Fatal(err)
 	}
-	first := currentLSN(t, ctx, e)
+	first := currentLSN(t, ctx, e.conn)
 	waitFor(t, 30*time.Second, "A to confirm its first events", func() bool { return e.confirmedFlush(t) >= first })
 
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.AllowAutoTopicCreation())
@@ -142,7 +132,7 @@ func TestStandbyPeerAheadIsNotReported(t *testing.T) {
 	if err := outboxtest.WriteTx(ctx, e.conn, gen.Batch(5)); err != nil {
 		t.Fatal(err)
 	}
-	second := currentLSN(t, ctx, e)
+	second := currentLSN(t, ctx, e.conn)
 	waitFor(t, 30*time.Second, "B to confirm the events it sent", func() bool { return e.confirmedFlush(t) >= second })
 	waitFor(t, 30*time.Second, "A to stand by", e.relay.Standby)
 

@@ -107,6 +107,10 @@ type spoolFile struct {
 	first   map[uint32]int64
 	lastEnd map[uint32]int64
 	topEnd  int64 // end of the last change of the top-level transaction
+	// kept is the end of the last change of the top-level transaction or
+	// of a tracked subtransaction not rolled back: resolve's bnd, kept as
+	// records come, so a rollback costs O(1) whatever the subtransactions.
+	kept    int64
 	segs    []msgSeg
 	dropped []offsetRange
 	pending []uint32
@@ -120,6 +124,9 @@ type spoolFile struct {
 // matters for the rest.
 type msgSeg struct {
 	start, last int64
+	// keptBefore is spoolFile.kept when the segment started: what kept
+	// is again when the segment's subtransaction rolls back.
+	keptBefore int64
 }
 
 // offsetRange is the offsets [from, to) of a spool file.
@@ -139,7 +146,7 @@ func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
 	switch {
 	case c.Kind == 'M':
 		if len(f.segs) == 0 {
-			f.segs = append(f.segs, msgSeg{start: f.topEnd, last: -1})
+			f.segs = append(f.segs, msgSeg{start: f.topEnd, last: -1, keptBefore: f.kept})
 		}
 		f.segs[len(f.segs)-1].last = off
 		return
@@ -150,6 +157,7 @@ func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
 		// No subtransaction was open: every later rollback starts
 		// after this change, and the messages before it stay.
 		f.topEnd = off + n
+		f.kept = f.topEnd
 		clear(f.first)
 		clear(f.lastEnd)
 		f.segs = f.segs[:0]
@@ -160,9 +168,10 @@ func (f *spoolFile) track(c *decoder.StreamChange, n int64) {
 			return
 		}
 		f.first[c.XID] = off
-		f.segs = append(f.segs, msgSeg{start: off, last: -1})
+		f.segs = append(f.segs, msgSeg{start: off, last: -1, keptBefore: f.kept})
 	}
 	f.lastEnd[c.XID] = off + n
+	f.kept = off + n
 }
 
 // drop marks the messages in [from, to) as rolled back. A range is only ever
@@ -211,12 +220,6 @@ func (f *spoolFile) resolve(xid uint32) error {
 			cut = o
 		}
 	}
-	bnd := f.topEnd
-	for x, end := range f.lastEnd {
-		if !f.aborted[x] && end > bnd {
-			bnd = end
-		}
-	}
 	// Every cut is the first record of a tracked subtransaction, where a
 	// segment starts: the segments from it on hold the messages rolled
 	// back, those before it the messages kept.
@@ -224,6 +227,20 @@ func (f *spoolFile) resolve(xid uint32) error {
 	for i > 0 && f.segs[i-1].start >= cut {
 		i--
 	}
+	// bnd is the end of the last record of the top-level transaction or
+	// of a tracked subtransaction not rolled back. Everything from cut on
+	// is the rolled back tree's (it was the innermost open until its
+	// abort), so that is the last such record before cut: kept when the
+	// tree's first segment started, and kept as it is when no tracked
+	// subtransaction rolled back (cut is the end).
+	if f.kept > cut {
+		if i < len(f.segs) && f.segs[i].start == cut {
+			f.kept = f.segs[i].keptBefore
+		} else {
+			f.kept = f.topEnd // never seen: the earliest it can be
+		}
+	}
+	bnd := f.kept
 	for _, sg := range f.segs[i:] {
 		if sg.last >= 0 {
 			f.drop(cut, f.size)
@@ -469,6 +486,18 @@ func (s *spool) append(c *decoder.StreamChange) error {
 			return err
 		}
 		file, err := os.OpenFile(s.path(c.TopXID), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The subdirectory was removed under this process (a /tmp
+			// cleaner, an operator): make a new one. The files still
+			// open in the old one stay readable through their
+			// descriptors.
+			s.lock.Close()
+			s.dir, s.lock = "", nil
+			if err := s.ensureDir(); err != nil {
+				return err
+			}
+			file, err = os.OpenFile(s.path(c.TopXID), os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+		}
 		if err != nil {
 			return s.unwritable(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -327,9 +328,9 @@ func (r *Relay) watchXactEnd(ctx context.Context, xid uint32, interval time.Dura
 	return w, func() { cancel(); <-done }
 }
 
-// xactEnded returns, once transaction xid (a 32-bit xid of the last 2^31)
-// is no longer in progress, the server's WAL insert position read after
-// that: past X's commit or abort record. 0 while X runs.
+// xactEnded returns, once transaction xid (a 32-bit xid within 2^31 of the
+// next one, fullXID) is no longer in progress, the server's WAL insert
+// position read after that: past X's commit or abort record. 0 while X runs.
 func xactEnded(ctx context.Context, conn **pgx.Conn, connString string, xid uint32) (pglogrepl.LSN, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -345,13 +346,28 @@ func xactEnded(ctx context.Context, conn **pgx.Conn, connString string, xid uint
 			return 0, err
 		}
 	}
-	// The full xid8 is the one of the last 2^32 below the next xid whose
-	// low 32 bits are xid. NULL means too old to be known: long over.
+	// The full xid8 is the one nearest the snapshot's xmax whose low 32
+	// bits are xid (fullXID). NULL means too old to be known: long over.
+	var xmax int64
+	if err := (*conn).QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xmax); err != nil {
+		return 0, fmt.Errorf("read the server's snapshot to find the 64-bit id of transaction %d: %w", xid, err)
+	}
+	full := fullXID(uint64(xmax), xid)
 	var status string
-	err := (*conn).QueryRow(ctx, `SELECT COALESCE(pg_xact_status((n - ((n - $1::bigint) % 4294967296 + 4294967296) % 4294967296)::text::xid8), 'forgotten')
-	FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS n) s`, int64(xid)).Scan(&status)
+	err := (*conn).QueryRow(ctx, `SELECT COALESCE(pg_xact_status($1::text::xid8), 'forgotten')`, strconv.FormatUint(full, 10)).Scan(&status)
 	if err != nil {
-		return 0, fmt.Errorf("read the status of transaction %d: %w", xid, err)
+		// A standby advances its next xid past X only when it replays
+		// the commit or abort of X or of a newer transaction (not at
+		// X's first record): until then pg_xact_status says X is "in
+		// the future" there, and X, which walbox decoded, is running.
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+			var recovery bool
+			if rerr := (*conn).QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovery); rerr == nil && recovery {
+				return 0, nil
+			}
+		}
+		return 0, fmt.Errorf("read the status of transaction %d (%d with its epoch): %w", xid, full, err)
 	}
 	if status == "in progress" {
 		return 0, nil
@@ -361,6 +377,22 @@ func xactEnded(ctx context.Context, conn **pgx.Conn, connString string, xid uint
 		return 0, fmt.Errorf("read the server's WAL position: %w", err)
 	}
 	return pglogrepl.ParseLSN(pos)
+}
+
+// fullXID returns the 64-bit transaction id whose low 32 bits are xid
+// nearest to xmax, a snapshot's xmax. Every xid that may still run is within
+// 2^31 of the next xid (wraparound protection), and a snapshot's xmax (the
+// latest completed xid + 1) lies at or below it: a transaction still running
+// can be at or above xmax (an older one open, none newer completed), so the
+// one below xmax would be the previous epoch's.
+func fullXID(xmax uint64, xid uint32) uint64 {
+	const half = 1 << 31
+	d := uint32(xid - uint32(xmax)) // xid - xmax, mod 2^32
+	back := 1<<32 - uint64(d)       // xmax - xid, when xid is below
+	if d < half || xmax < back {
+		return xmax + uint64(d) // at or above xmax (or nothing below in epoch 0)
+	}
+	return xmax - back
 }
 
 // serverMajor reads the major version from the server_version parameter

@@ -330,6 +330,9 @@ func (l *loop) eosSkips(key replayKey) bool {
 // reads the committed position.
 func (r *Relay) eosStartSession(ctx context.Context) error {
 	e := r.eos
+	// Records acknowledged in a Kafka transaction this process never saw
+	// commit are not counted as delivered.
+	r.sent.aborted()
 	if err := r.eosFreshProducer(ctx); err != nil {
 		return err
 	}
@@ -358,7 +361,7 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
-	if e.lastCommitted.after(pos) {
+	if e.lastCommitted.supersedes(pos) {
 		// Never older than what this process committed itself, whatever
 		// the read saw (a compaction race, a lagging replica).
 		pos = e.lastCommitted
@@ -466,6 +469,8 @@ func (r *Relay) eosAbortTxn(ctx context.Context) error {
 	clear(e.queue)
 	e.queue = e.queue[:0]
 	e.dirty = true
+	// After the purge below: no ack of its records comes later.
+	defer r.sent.aborted()
 	wasOpen := e.open || e.begun
 	e.open, e.full = false, false
 	e.records, e.unitRecords, e.covered, e.unitKey = 0, 0, StatePosition{}, replayKey{}
@@ -745,6 +750,7 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 		e.m.splits.Inc()
 	}
 	e.lastCommitted = c.covered
+	l.sent.committed()
 	if c.covered.EndLSN >= e.base.EndLSN {
 		// Not if a unit ended since the commit started (eosUnitDone).
 		e.base = StatePosition{CommitLSN: c.covered.CommitLSN, EndLSN: c.covered.EndLSN}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -48,6 +50,13 @@ type Config struct {
 	// Interval is how often the trailing slot is advanced; 0 means
 	// Window/16, between 1s and 1m.
 	Interval time.Duration
+	// Rewound, when set, returns how many times the live stream's history
+	// switched and the position the last switch rewound it to (the end of
+	// the WAL the old and new history share): the keeper then forgets the
+	// positions it recorded after that one (History.Rewind). It is called
+	// from Run's goroutine and must be safe for concurrent use;
+	// *pipeline.Relay's HistoryRewound is one.
+	Rewound func() (n uint64, to pglogrepl.LSN)
 	// Buckets is the History's resolution; 0 means DefaultBuckets.
 	Buckets int
 	// RetryDelay is the wait after a failed step (5s when 0).

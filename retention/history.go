@@ -85,6 +85,24 @@ func (h *History) Observe(now time.Time, lsn pglogrepl.LSN) {
 	h.prune(now)
 }
 
+// Rewind forgets every position after lsn: the live slot's history
+// switched (a failover that lost the old primary's last transactions,
+// another cluster), and from lsn on the same LSNs are other transactions,
+// confirmed only from now on. Observe, which ignores positions below the
+// newest one, then records the new history's positions from lsn on; without
+// this, the old history's higher positions became targets and the
+// trailing slot was advanced past new transactions confirmed within the
+// window (to the live slot, at most).
+func (h *History) Rewind(lsn pglogrepl.LSN) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := len(h.samples)
+	for i > 0 && h.samples[i-1].lsn > lsn {
+		i--
+	}
+	h.samples = h.samples[:i]
+}
+
 // prune drops the samples older than the window except the newest of them
 // (the current target).
 func (h *History) prune(now time.Time) {

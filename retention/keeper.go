@@ -26,9 +26,10 @@ type Keeper struct {
 	log       *slog.Logger
 	now       func() time.Time
 
-	scanChanges int  // upto_nchanges of one read of the slot's stream
-	announced   bool // the start's "keeping the trailing slot" line was logged
-	recovering  bool // the last step advanced by the slot's own stream
+	scanChanges int    // upto_nchanges of one read of the slot's stream
+	announced   bool   // the start's "keeping the trailing slot" line was logged
+	recovering  bool   // the last step advanced by the slot's own stream
+	rewinds     uint64 // Config.Rewound's count last seen
 
 	lag         prometheus.Gauge
 	trailing    prometheus.Gauge
@@ -267,6 +268,14 @@ type slotDB interface {
 // restart does not stop the slot, however often it happens.
 func (k *Keeper) step(ctx context.Context, db slotDB) error {
 	now := k.now()
+	if k.cfg.Rewound != nil {
+		if n, to := k.cfg.Rewound(); n != k.rewinds {
+			k.rewinds = n
+			k.hist.Rewind(to)
+			k.log.Info("the live slot's history switched: the trailing slot is advanced only by positions confirmed on the new history from now on, none past the shared part before the window",
+				"replay_slot", k.cfg.ReplaySlot, "shared_until_lsn", to.String(), "window", k.cfg.Window.String())
+		}
+	}
 	confirmed := k.confirmed()
 	if confirmed != 0 {
 		k.hist.Observe(now, confirmed)

@@ -2,6 +2,7 @@ package retention
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -164,5 +165,81 @@ func TestKeeperWithoutRestartsScansOnlyAtTheStart(t *testing.T) {
 	}
 	if scansAtWindow == 0 || db.scans != scansAtWindow {
 		t.Errorf("%d scans in the first window, %d in all: want some in the first window and none after", scansAtWindow, db.scans)
+	}
+}
+
+// TestKeeperAfterALossyFailover: the live slot's history switched (the
+// standby promoted lacked the last 3 s of the old primary's transactions),
+// so the live slot confirms positions from the switch point on again, of
+// other transactions. The keeper's history kept the old timeline's higher
+// positions and ignored the new, lower ones: those became targets, and the
+// trailing slot was advanced past new transactions confirmed within the
+// window (to the live slot itself right after the failover), which walbox
+// replay could then no longer send. With the relay's rewind
+// (Config.Rewound), nothing past the switch point is a target until the
+// new history's positions are a window old.
+func TestKeeperAfterALossyFailover(t *testing.T) {
+	for _, rewind := range []bool{true, false} {
+		t.Run(map[bool]string{true: "rewound", false: "without the rewind (the old keeper)"}[rewind], func(t *testing.T) {
+			const w = 10 * time.Second
+			var (
+				now        = t0
+				live       liveSim
+				db         = &simSlots{live: &live}
+				rewinds    uint64
+				switchLSN  pglogrepl.LSN
+				failoverAt = t0.Add(3 * w)
+			)
+			cfg := Config{Slot: "walbox", Window: w, Now: func() time.Time { return now }}
+			if rewind {
+				cfg.Rewound = func() (uint64, pglogrepl.LSN) { return rewinds, switchLSN }
+			}
+			cc, _ := pgx.ParseConfig("postgres://u@127.0.0.1:1/db")
+			k, err := New(cfg, cc, db.current, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			violated := ""
+			for i := 0; now.Before(failoverAt.Add(3 * w)); i++ {
+				if switchLSN == 0 && !now.Before(failoverAt) {
+					// The switch point: the live slot's position 3 s
+					// ago. The trailing slot, synchronized to the
+					// standby, is at most there.
+					switchLSN = live.atTime(now.Add(-3 * time.Second))
+					db.trailing = min(db.trailing, switchLSN)
+					live.at, live.lsn = append(live.at, now), append(live.lsn, switchLSN)
+					rewinds++
+				}
+				live.tick(now, i)
+				if err := k.step(context.Background(), db); err != nil {
+					t.Fatal(err)
+				}
+				if switchLSN != 0 && violated == "" {
+					// Everything past the switch point was confirmed after
+					// the failover: the trailing slot may hold no less than
+					// what the new history confirmed a window ago.
+					limit := switchLSN
+					if ago := now.Add(-w); !ago.Before(failoverAt) {
+						limit = max(limit, live.atTime(ago))
+					}
+					if db.trailing > limit {
+						violated = fmt.Sprintf("%s after the failover: trailing slot at %s, past %s (the switch point %s, or the new history's position a window ago); the live slot is at %s",
+							now.Sub(failoverAt), db.trailing, limit, switchLSN, db.current())
+					}
+				}
+				now = now.Add(k.cfg.Interval)
+			}
+			switch {
+			case rewind && violated != "":
+				t.Fatal(violated)
+			case !rewind && violated == "":
+				t.Fatal("without the rewind the trailing slot stayed in the window: the test does not test")
+			case !rewind:
+				t.Log("as before the fix: " + violated)
+			}
+			if rewind && db.trailing <= switchLSN {
+				t.Fatalf("three windows after the failover the trailing slot is still at %s (switch point %s): it does not move on the new history", db.trailing, switchLSN)
+			}
+		})
 	}
 }

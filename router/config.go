@@ -159,6 +159,14 @@ type Config struct {
 	// DeadLetterTopic receives invalid rows under PolicyDeadLetter; required
 	// then, and rejected with PolicyFail (where it would silently do nothing).
 	DeadLetterTopic string
+	// Values, when set, encodes each routed payload into the record value
+	// (see ValueEncoder); nil sends the payload as it is. A dead-lettered
+	// row carries the payload as it is.
+	Values ValueEncoder
+	// Keys, when set, encodes each routed key (the aggregate id's text)
+	// into the record key, as Values does values; nil sends the text. A
+	// dead-lettered row carries the key as it is.
+	Keys ValueEncoder
 }
 
 // withDefaults fills every defaulted field.

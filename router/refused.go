@@ -2,6 +2,7 @@ package router
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -32,7 +33,8 @@ func MessageTable(prefix string) string { return "pg_logical_emit_message." + pr
 // keeps orig's key and headers and adds the walbox_* headers, reason among
 // them. The value is dropped when dropValue is set (a size refusal: the
 // value would be refused again); the row stays in the table or WAL, and the
-// headers say where. orig is not modified. Safe for concurrent use.
+// headers say where. It keeps orig's timestamp (the row's commit time).
+// orig is not modified. Safe for concurrent use.
 func RefusedRecord(orig *kgo.Record, from Origin, topic, reason string, dropValue bool) *kgo.Record {
 	value := orig.Value
 	if dropValue {
@@ -47,15 +49,17 @@ func RefusedRecord(orig *kgo.Record, from Origin, topic, reason string, dropValu
 		kgo.RecordHeader{Key: HeaderXID, Value: []byte(strconv.FormatUint(uint64(from.XID), 10))},
 		kgo.RecordHeader{Key: HeaderOriginalTopic, Value: []byte(orig.Topic)},
 	)
-	return &kgo.Record{Topic: topic, Key: orig.Key, Value: value, Headers: headers}
+	return &kgo.Record{Topic: topic, Key: orig.Key, Value: value, Headers: headers, Timestamp: orig.Timestamp}
 }
 
 // MessageDeadLetter is the dead-letter record, for topic, of an outbox
 // message (pg_logical_emit_message) that cannot be routed: its content as
-// the value, reason and origin as walbox_* headers. content is not copied.
-// Safe for concurrent use.
-func MessageDeadLetter(topic string, content []byte, prefix string, lsn pglogrepl.LSN, xid uint32, reason string) *kgo.Record {
-	return &kgo.Record{Topic: topic, Value: content, Headers: []kgo.RecordHeader{
+// the value, reason and origin as walbox_* headers, and commitTime, the
+// commit time of its transaction, as its timestamp (zero for a
+// non-transactional message, which has no commit: the producer then stamps
+// it). content is not copied. Safe for concurrent use.
+func MessageDeadLetter(topic string, content []byte, prefix string, lsn pglogrepl.LSN, xid uint32, commitTime time.Time, reason string) *kgo.Record {
+	return &kgo.Record{Topic: topic, Value: content, Timestamp: commitTime, Headers: []kgo.RecordHeader{
 		{Key: HeaderError, Value: []byte(reason)},
 		{Key: HeaderTable, Value: []byte(MessageTable(prefix))},
 		{Key: HeaderLSN, Value: []byte(lsn.String())},

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -56,7 +57,7 @@ func TestRefusedRecord(t *testing.T) {
 }
 
 func TestMessageDeadLetter(t *testing.T) {
-	dl := router.MessageDeadLetter("dlq", []byte("not json"), "outbox", 0x100, 0, "not transactional")
+	dl := router.MessageDeadLetter("dlq", []byte("not json"), "outbox", 0x100, 0, time.Time{}, "not transactional")
 	if dl.Topic != "dlq" || string(dl.Value) != "not json" || dl.Key != nil {
 		t.Fatalf("record = %+v", dl)
 	}

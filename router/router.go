@@ -339,6 +339,12 @@ func (r *Router) Route(ins *decoder.Insert) (Routed, error) {
 	if !w.bad {
 		r.routeTopic(ins, b, &w)
 	}
+	if !w.bad && (r.cfg.Values != nil || r.cfg.Keys != nil) {
+		// Schema registry formats (encode.go).
+		if err := r.encode(&w); err != nil {
+			return Routed{}, r.encodeError(ins, &w, err)
+		}
+	}
 	if w.bad {
 		return r.invalid(ins, &w)
 	}
@@ -352,6 +358,7 @@ func (r *Router) Route(ins *decoder.Insert) (Routed, error) {
 	}
 	rec := newRecord(n)
 	rec.Topic, rec.Key, rec.Value = w.topic, w.key, w.value
+	rec.Timestamp = ins.CommitTime
 	r.appendHeaders(rec, &w)
 	out := Routed{Record: rec}
 	if w.hasID {
@@ -490,7 +497,7 @@ func (r *Router) invalid(ins *decoder.Insert, w *row) (Routed, error) {
 		w.members = nil
 	}
 	n := len(w.members) + 6
-	rec := &kgo.Record{Topic: r.cfg.DeadLetterTopic, Headers: make([]kgo.RecordHeader, 0, n)}
+	rec := &kgo.Record{Topic: r.cfg.DeadLetterTopic, Timestamp: ins.CommitTime, Headers: make([]kgo.RecordHeader, 0, n)}
 	if w.hasKey {
 		rec.Key = w.key
 	}

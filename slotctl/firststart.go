@@ -108,15 +108,22 @@ func vanishedError(r resolved, comment string) error {
 		"and outbox rows committed since the old slot's last confirmed position were NOT streamed. "+
 		"To recover: start walbox once with --create-slot (or run `slotctl create --slot %s`), without a --snapshot left in the configuration "+
 		"from a polling-relay takeover (walbox never marks rows sent, so its --snapshot-where \"sent_at IS NULL\" would select every row still in the table), "+
-		"then re-publish the outbox rows committed since the last event your consumers received: they are still in %s "+
-		"for its retention period, and consumers deduplicate by event_id "+
-		"(for example, as the table's owner, in one statement: WITH moved AS (DELETE FROM %s WHERE created_at >= '<time of the last event received>' RETURNING *) "+
-		"INSERT INTO %s SELECT * FROM moved ORDER BY created_at, id, so each aggregate keeps its order; or do both in one start: walbox run --create-slot --snapshot pending --snapshot-where \"created_at >= '<time of the last event received>'\" sends those rows from the new slot's snapshot before streaming; "+
-		"or, writing nothing: walbox replay --from-table --where \"created_at >= '<time of the last event received>'\" --snapshot-order created_at,id "+
+		"then re-publish the outbox rows committed since a margin before the newest event your consumers received "+
+		"(the commit time of the newest event received is the largest record timestamp in the outbox topics; the margin covers walbox's lag "+
+		"before the slot was lost, walbox_commit_to_ack_seconds, plus the longest transaction, as created_at is a transaction's start; docs/slots.md): "+
+		"they are still in %s for its retention period, and consumers deduplicate by event_id "+
+		"(for example, as the table's owner, in one statement: WITH moved AS (DELETE FROM %s WHERE created_at >= "+since+" RETURNING *) "+
+		"INSERT INTO %s SELECT * FROM moved ORDER BY <a column that follows the write order, such as a bigserial>, so each aggregate keeps its order; "+
+		"or do both in one start: walbox run --create-slot --snapshot pending --snapshot-where \"created_at >= "+since+"\" sends those rows from the new slot's snapshot before streaming; "+
+		"or, writing nothing: walbox replay --from-table --where \"created_at >= "+since+"\" --snapshot-order <that column> "+
 		"sends them from a read-only snapshot of the table, marked walbox_replay: true)",
 		r.slot, r.slot, r.table, r.table.Sanitize(), r.table.Sanitize())
 	return fmt.Errorf("%w: %s", ErrSlotVanished, b.String())
 }
+
+// since is the start of the re-publish in vanishedError: the runbook's
+// placeholders (docs/slots.md, "If the slot vanished").
+const since = "'<commit time of the newest event received>'::timestamptz - interval '<margin>'"
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

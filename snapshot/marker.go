@@ -66,7 +66,7 @@ func repeatedError(pub, slot string, f finished) error {
 	return fmt.Errorf("%w: publication %q says a takeover of slot %q finished at %s with the same selection (%s), and slot %q is to be created again: "+
 		"the snapshot would re-send every row it selects that walbox has sent since (walbox never marks rows sent, so a polling relay's \"sent_at IS NULL\" selects them all). "+
 		"--snapshot is probably left in the configuration from the takeover: remove --snapshot and --snapshot-where and start again "+
-		"(with --create-slot if the slot vanished; then re-publish what consumers missed by time, e.g. --snapshot pending --snapshot-where \"created_at >= '<time of the last event received>'\"). "+
+		"(with --create-slot if the slot vanished; then re-publish what consumers missed by time, e.g. --snapshot pending --snapshot-where \"created_at >= '<commit time of the newest event received>'::timestamptz - interval '<margin>'\", see docs/slots.md). "+
 		"To take this snapshot again anyway, as the publication's owner run COMMENT ON PUBLICATION %s IS NULL; nothing was created",
 		ErrSnapshotRepeated, pub, f.at, f.selection, slot, slot, pgx.Identifier{pub}.Sanitize())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/schemareg"
 )
 
 // relayState is the part of *pipeline.Relay /readyz uses.
@@ -23,6 +24,13 @@ type relayState interface {
 }
 
 var _ relayState = (*pipeline.Relay)(nil)
+
+// registryState is the part of *schemareg.Encoder /readyz uses.
+type registryState interface {
+	Unavailable() (subject string, ok bool)
+}
+
+var _ registryState = (*schemareg.Encoder)(nil)
 
 // standbyWaits is the part of *heartbeat.Monitor /readyz uses.
 type standbyWaits interface {
@@ -130,7 +138,8 @@ const readyCacheTTL = time.Second
 
 // readiness is the /readyz handler: 200 only while the relay streams from
 // the slot and a Kafka broker answers a ping; 503 with the reason while
-// standby, connecting, reconnecting, or Kafka is unreachable. After a
+// standby, connecting, reconnecting, the schema registry fails
+// transiently, or Kafka is unreachable. After a
 // failover that erased events already sent to Kafka it stays 200 but says
 // "streaming, degraded: ..." with the count: the condition is for
 // consumers to compensate, not something a restart or an unready pod
@@ -147,8 +156,11 @@ type readiness struct {
 	// standby of synchronized_standby_slots (the heartbeat monitor sees
 	// it; without heartbeats nothing does).
 	waits standbyWaits
-	log   *slog.Logger
-	now   func() time.Time
+	// registries are the schema registry encoders: one whose last
+	// request failed transiently makes walbox unready (it retries).
+	registries []registryState
+	log        *slog.Logger
+	now        func() time.Time
 
 	mu     sync.Mutex
 	pinged time.Time
@@ -191,6 +203,12 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	case !h.relay.Streaming():
 		notReady("not streaming: connecting to postgres or retrying")
 		return
+	}
+	for _, r := range h.registries {
+		if subject, failing := r.Unavailable(); failing {
+			notReady("schema registry unavailable for " + subject + ", retrying (the cause is in walbox's log)")
+			return
+		}
 	}
 	if h.kafka != nil && !h.kafkaOK() {
 		notReady("kafka unreachable (the cause is in walbox's log)")

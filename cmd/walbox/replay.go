@@ -170,6 +170,13 @@ func replayRouter(ctx context.Context, cfg config.Config, topicGiven bool, stder
 	if topicGiven {
 		rcfg.Columns.Topic = ""
 	}
+	// A replay encodes values as walbox run does (its metrics are not
+	// served).
+	rcfg, err := withValueEncoder(cfg, rcfg, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))
+		return nil, exitUsage
+	}
 	rt, err := router.New(rcfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "walbox replay: %v\n", oneLine(err))

@@ -21,7 +21,8 @@ func newKeeper(cfg config.Config, relay *pipeline.Relay, reg prometheus.Register
 	if err != nil {
 		return nil, err
 	}
-	return retention.New(retention.Config{Slot: cfg.Slot, ReplaySlot: cfg.ReplaySlot, Window: cfg.ReplayWindow, Publication: cfg.Publication},
+	return retention.New(retention.Config{Slot: cfg.Slot, ReplaySlot: cfg.ReplaySlot, Window: cfg.ReplayWindow, Publication: cfg.Publication,
+		Rewound: relay.HistoryRewound},
 		cc, relay.Confirmed, reg, log)
 }
 

@@ -60,21 +60,27 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		return err
 	}
 	warnTransport(cfg, dbz, log)
-	var (
-		rt  pipeline.Router
-		wrt *router.Router
-	)
-	if dbz == nil {
-		if wrt, err = router.New(cfg.RouterConfig()); err != nil {
-			return err
-		}
-		rt = wrt
-	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := version.Register(reg, build); err != nil {
 		return err
+	}
+
+	var (
+		rt         pipeline.Router
+		wrt        *router.Router
+		registries []registryState // for /readyz
+	)
+	if dbz == nil {
+		rc, err := withValueEncoder(cfg, cfg.RouterConfig(), reg)
+		if err != nil {
+			return err
+		}
+		registries = encoderStates(rc)
+		if wrt, err = router.New(rc); err != nil {
+			return err
+		}
+		rt = wrt
 	}
 
 	kc, err := kafkaConfig(cfg, log)
@@ -167,7 +173,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if hb != nil {
 		waits = hb
 	}
-	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, waits, log)
+	srv, err := startMetricsServer(cfg.MetricsAddr, reg, relay, kcl, waits, log, registries...)
 	if err != nil {
 		return err
 	}
@@ -280,7 +286,7 @@ func (s *metricsServer) Serve() error { return s.Server.Serve(s.ln) }
 
 // startMetricsServer binds before returning so a port clash is a startup
 // error, not a log line later. An empty addr disables it.
-func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, waits standbyWaits, log *slog.Logger) (*metricsServer, error) {
+func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.Relay, kafka kafkaPinger, waits standbyWaits, log *slog.Logger, registries ...registryState) (*metricsServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -293,6 +299,7 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	mux.HandleFunc("/healthz", healthz)
 	ready := newReadiness(relay, kafka, log)
 	ready.waits = waits
+	ready.registries = registries
 	mux.Handle("/readyz", ready)
 	return &metricsServer{Server: newHTTPServer(mux, metricsHTTPLimits), ln: limitListener(ln, metricsHTTPLimits.maxConns)}, nil
 }
