@@ -87,6 +87,8 @@ type Relay struct {
 	// shared end (HistoryRewound).
 	rewinds   atomic.Uint64
 	rewoundTo atomic.Uint64
+	// slotGap reports a slot someone else moved ahead (slotgap.go).
+	slotGap *slotGap
 
 	// spool keeps streamed transactions until they commit (stream.go).
 	spool         *spool
@@ -114,6 +116,7 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 	}
 	r.metrics = newMetrics(reg, r.inflight)
 	r.streamMetrics = newStreamMetrics(reg)
+	r.slotGap = newSlotGap(reg)
 	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, r.streamMetrics.spoolBytes)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
 	if cfg.Delivery == DeliveryExactlyOnce {

@@ -88,6 +88,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.dec.SetStreaming(streams)
 	// Whatever an earlier session spooled comes again from its start.
 	r.spool.reset()
+	gap := r.checkSlotAhead(ctx, conn, start) // slotgap.go
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		err = fmt.Errorf("start replication on slot %q from %s: %w", r.cfg.Slot, start, err)
@@ -107,6 +108,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 			return false, err
 		}
 	}
+	r.slotStreamed(conn, gap)
 	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String(),
 		"plugin_args", strings.Join(args, ", "))
 	r.streaming.Store(true)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/schemareg"
 )
@@ -18,6 +20,7 @@ type relayState interface {
 	Standby() bool
 	Streaming() bool
 	FailoverErased() (events uint64, at time.Time)
+	SlotSkipped() (from, to pglogrepl.LSN, at time.Time, count uint64)
 }
 
 var _ relayState = (*pipeline.Relay)(nil)
@@ -223,9 +226,21 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 			return
 		}
 	}
+	// Both stay 200: walbox never received the skipped events, and
+	// consumers compensate for erased ones; a restart or an unready pod
+	// fixes neither. Each is a line of its own.
+	degraded := false
+	if from, to, at, n := h.relay.SlotSkipped(); n > 0 {
+		fmt.Fprintf(w, "streaming, degraded: at %s the server skipped the transactions committed between %s and %s because someone else had moved the slot ahead of walbox (ranges skipped since the start: %d; re-publish them, docs/slots.md; details in walbox's log)\n",
+			at.Format(time.RFC3339), from, to, n)
+		degraded = true
+	}
 	if n, at := h.relay.FailoverErased(); n > 0 {
 		fmt.Fprintf(w, "streaming, degraded: a failover at %s erased %d events already sent to Kafka (transactions the database no longer has; consumers may need to compensate; details in walbox's log)\n",
 			at.Format(time.RFC3339), n)
+		degraded = true
+	}
+	if degraded {
 		return
 	}
 	fmt.Fprintln(w, "streaming")

@@ -9,11 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 )
 
 type fakeRelayState struct {
 	standby, streaming bool
 	erased             uint64
+	skipped            bool
 }
 
 func (f fakeRelayState) Standby() bool   { return f.standby }
@@ -23,6 +26,13 @@ func (f fakeRelayState) FailoverErased() (uint64, time.Time) {
 		return 0, time.Time{}
 	}
 	return f.erased, time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+}
+
+func (f fakeRelayState) SlotSkipped() (from, to pglogrepl.LSN, at time.Time, n uint64) {
+	if !f.skipped {
+		return 0, 0, time.Time{}, 0
+	}
+	return 0x1000, 0x2000, time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC), 1
 }
 
 type fakeWaits struct {
@@ -63,6 +73,12 @@ func TestReadyz(t *testing.T) {
 		// walbox in a loop, and fix nothing).
 		{"erased by a failover", fakeRelayState{streaming: true, erased: 7}, fakePinger{}, nil, 200,
 			"streaming, degraded: a failover at 2026-12-01T12:00:00Z erased 7 events already sent to Kafka"},
+		// Someone else moved the slot ahead of walbox (slotgap.go): the
+		// server skipped a range walbox never received.
+		{"slot moved ahead", fakeRelayState{streaming: true, skipped: true}, fakePinger{}, nil, 200,
+			"streaming, degraded: at 2026-12-01T13:00:00Z the server skipped the transactions committed between 0/1000 and 0/2000 because someone else had moved the slot ahead of walbox"},
+		{"slot moved ahead and events erased", fakeRelayState{streaming: true, skipped: true, erased: 7}, fakePinger{}, nil, 200,
+			"(ranges skipped since the start: 1; re-publish them, docs/slots.md; details in walbox's log)\nstreaming, degraded: a failover at 2026-12-01T12:00:00Z erased 7 events"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
