@@ -8,12 +8,19 @@ import (
 // PatroniScope returns the scope of the Patroni cluster that runs the
 // server conn is connected to, or "" when it does not look run by Patroni.
 // Patroni starts PostgreSQL with cluster_name set to its scope on the
-// command line, which no postgresql.conf setting does; that is the sign
-// read here (pg_settings.source = 'command line').
+// command line, together with the other settings it always passes there
+// (its CMDLINE_OPTIONS, Patroni 4.1: max_locks_per_transaction,
+// max_prepared_transactions and wal_log_hints among them); that is the sign
+// read here (pg_settings.source = 'command line'). cluster_name alone is
+// not: a server started with postgres -c cluster_name=..., pg_ctl -o or a
+// container's command has it there too.
 func PatroniScope(ctx context.Context, conn Querier) string {
 	var scope string
 	err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT setting FROM pg_catalog.pg_settings
-		WHERE name = 'cluster_name' AND source = 'command line'), '')`).Scan(&scope)
+		WHERE name = 'cluster_name' AND source = 'command line'
+		AND (SELECT count(*) FROM pg_catalog.pg_settings
+			WHERE name IN ('max_locks_per_transaction', 'max_prepared_transactions', 'wal_log_hints')
+			AND source = 'command line') = 3), '')`).Scan(&scope)
 	if err != nil {
 		return ""
 	}
