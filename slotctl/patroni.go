@@ -35,8 +35,10 @@ func patroniCreateError(scope string, r resolved, notFound error) error {
 	return fmt.Errorf("%w; the server is run by Patroni (cluster %q, cluster_name on its command line), which drops a slot that is not in its slots: configuration "+
 		"within a loop_wait and keeps on its replicas only those that are, so walbox does not create it: declare it as a permanent slot "+
 		"(patronictl edit-config, then slots: {%s: {type: logical, database: <the outbox's database>, plugin: %s}}), let Patroni create it, "+
-		"and start walbox again (without --create-slot); see docs/patroni.md",
-		notFound, scope, r.slot, Plugin)
+		"and start walbox again (without --create-slot); see docs/patroni.md. "+
+		"If Patroni does not run this server (it was recognised by cluster_name, max_locks_per_transaction, max_prepared_transactions and wal_log_hints on the postmaster's command line), "+
+		"create the slot yourself: SELECT pg_create_logical_replication_slot(%s, %s)",
+		notFound, scope, r.slot, Plugin, quoteLiteral(r.slot), quoteLiteral(Plugin))
 }
 
 // PatroniCreatedWarning is what to say after walbox or slotctl created
