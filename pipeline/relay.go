@@ -174,6 +174,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	var repeats repeatedWarning
 	var busySince time.Time
 	for {
+		began := time.Now()
 		streamed, err := r.session(ctx)
 		r.streaming.Store(false)
 		r.metrics.streaming.Set(0)
@@ -197,7 +198,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			return explainSlotWALGone(err, r.cfg.Slot)
 		}
 		if streamed {
-			retry.sessionLost(time.Now())
+			retry.sessionLost(began, time.Now())
 		}
 		standby := fenced
 		if fenced {
