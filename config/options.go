@@ -559,7 +559,7 @@ var options = []*option{
 	},
 	{
 		flag: "reconnect-backoff-min", env: "WALBOX_RECONNECT_BACKOFF_MIN", yaml: "reconnect_backoff_min", group: groupOperations,
-		help: "First wait before reconnecting after a lost connection; for 2 minutes after a replication session that streamed is lost, " +
+		help: "First wait before reconnecting after a lost connection; for 2 minutes after a replication session that streamed for 10 s or more is lost, " +
 			"and for up to 10 minutes while the server answers but is not a writable primary (a standby being promoted), every wait stays at this one instead of doubling",
 		value:    durationValue(func(c *Config) *time.Duration { return &c.ReconnectBackoffMin }),
 		check:    func(c *Config) error { return checkPositive(c.ReconnectBackoffMin) },

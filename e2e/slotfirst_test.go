@@ -87,6 +87,12 @@ func TestSlotCreatedBeforeThePublication(t *testing.T) {
 			t.Fatalf("walbox run before the advance exited %d, want it to stop on the rows written before the publication:\n%s", stuck.code, stuck.stderr)
 		}
 	}
+	// A live writer commits a row after the publication exists and
+	// before the advance: the advance skips it.
+	between := gen.Batch(1)
+	if err := outboxtest.WriteTx(ctx, conn, between); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("as advised: %s", advance)
 	if _, err := conn.Exec(ctx, advance); err != nil {
 		t.Fatalf("%s: %v", advance, err)
@@ -109,6 +115,19 @@ func TestSlotCreatedBeforeThePublication(t *testing.T) {
 	})
 	if rep := outboxtest.Check(want, col.snapshot()); !rep.OK() || rep.Delivered != len(want) {
 		t.Fatalf("after following the advice: %v", rep)
+	}
+	// The row committed between the publication and the advance is not
+	// streamed: the advice must say so, and say to keep the outbox's
+	// writers stopped until the advance returns (it said only that rows
+	// committed before the publication existed are not streamed).
+	rep := outboxtest.Check(between, col.snapshot())
+	t.Logf("the row committed between the publication and the advance: %v", rep)
+	if rep.Lost > 0 {
+		for _, want := range []string{"stop the outbox's writers", "committed before the advance"} {
+			if !strings.Contains(advice, want) {
+				t.Errorf("the row committed between CREATE PUBLICATION and the advance was skipped, and the advice does not say %q:\n%s", want, advice)
+			}
+		}
 	}
 	if code := p.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
 		t.Fatalf("walbox exited %d on SIGTERM", code)

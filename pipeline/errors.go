@@ -45,6 +45,8 @@ func produceHint(err error) string {
 		return "the record is larger than the topic's max.message.bytes or --producer-batch-max-bytes: store large payloads elsewhere and send a reference, raise the limits, or set --invalid-rows=dead-letter to divert such rows"
 	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
 		return "the Kafka principal lacks permission: grant WRITE (and IDEMPOTENT_WRITE on the cluster for older brokers) to walbox's principal"
+	case errors.Is(err, kerr.InvalidTimestamp):
+		return "the record's timestamp is its row's commit time, and the topic refuses timestamps that far from the broker's clock: message.timestamp.before.max.ms (message.timestamp.difference.max.ms before Kafka 4.0) is shorter than walbox's lag or the age of the range walbox replay sends, or message.timestamp.after.max.ms is shorter than the database's clock is ahead of the broker's; raise the setting on the topic (kafka-configs --alter --entity-type topics --entity-name <topic> --add-config message.timestamp.before.max.ms=<ms>), or set message.timestamp.type=LogAppendTime there, which stamps the append time instead of the commit time, and keep the clocks on NTP"
 	case errors.Is(err, kerr.InvalidTopicException):
 		return "Kafka rejects the topic name: check --topic and the routed column values"
 	default:

@@ -179,8 +179,10 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	}
 	r.metrics.confirmedLSN.Set(float64(start))
 	retry := reconnectSchedule{lo: r.cfg.BackoffMin, hi: r.cfg.BackoffMax}
+	var repeats repeatedWarning
 	var busySince time.Time
 	for {
+		began := time.Now()
 		streamed, err := r.session(ctx)
 		r.streaming.Store(false)
 		r.metrics.streaming.Set(0)
@@ -204,7 +206,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 			return explainSlotWALGone(err, r.cfg.Slot)
 		}
 		if streamed {
-			retry.sessionLost(time.Now())
+			retry.sessionLost(began, time.Now())
 		}
 		standby := fenced
 		if fenced {
@@ -253,10 +255,12 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 		delay := r.cfg.StandbyRetry
 		if !standby {
 			var fast bool
-			delay, fast = retry.next(time.Now(), err)
-			r.log.Warn("replication session ended, reconnecting",
+			now := time.Now()
+			delay, fast = retry.next(now, err)
+			level, skipped := repeats.level(now, fmt.Sprint(err), fast)
+			r.log.Log(ctx, level, "replication session ended, reconnecting",
 				"err", err, "slot", r.cfg.Slot, "attempt", retry.tries, "retry_in", delay.String(), "fast_retry", fast,
-				"confirmed_lsn", r.tracker.Confirmed().String())
+				"confirmed_lsn", r.tracker.Confirmed().String(), "same_failures_logged_at_debug", skipped)
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -342,4 +346,30 @@ func Backoff(attempt int, lo, hi time.Duration) time.Duration {
 	}
 	d = min(d, hi)
 	return d/2 + rand.N(d/2+1)
+}
+
+// repeatWarnInterval is how often a fast retry failing as the one before
+// is logged as a warning; the attempts between are logged at debug level.
+// Against a server that answers "read-only" for NotPrimaryRetryWindow,
+// that is 20 warnings instead of about 1,600.
+const repeatWarnInterval = 30 * time.Second
+
+// repeatedWarning decides the level of each reconnect's log line.
+type repeatedWarning struct {
+	msg     string
+	at      time.Time
+	skipped int
+}
+
+// level returns the level of the line for a retry failing with msg at now,
+// and how many lines of the same failure were logged at debug level since
+// the last warning (reported with the warning).
+func (w *repeatedWarning) level(now time.Time, msg string, fast bool) (slog.Level, int) {
+	if fast && msg == w.msg && now.Sub(w.at) < repeatWarnInterval {
+		w.skipped++
+		return slog.LevelDebug, w.skipped
+	}
+	skipped := w.skipped
+	w.msg, w.at, w.skipped = msg, now, 0
+	return slog.LevelWarn, skipped
 }

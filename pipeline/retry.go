@@ -42,9 +42,20 @@ type reconnectSchedule struct {
 	attempt, tries int
 }
 
-// sessionLost records that a session that streamed ended at now: the
+// HealthySession is how long a session must have streamed for its loss to
+// start a new FastRetryWindow. A session that fails sooner (a walsender
+// that errors on the same WAL every time, a failure right after the
+// start) is one more failed attempt: walbox would otherwise reconnect, and
+// decode from the slot again, at the floor of the backoff for good.
+const HealthySession = 10 * time.Second
+
+// sessionLost records that a session that began streaming at began ended
+// at now: if it streamed for HealthySession (or is the first lost), the
 // attempts that follow start fast again.
-func (s *reconnectSchedule) sessionLost(now time.Time) {
+func (s *reconnectSchedule) sessionLost(began, now time.Time) {
+	if !s.lostAt.IsZero() && now.Sub(began) < HealthySession {
+		return
+	}
 	s.lostAt = now
 	s.attempt, s.tries = 0, 0
 }

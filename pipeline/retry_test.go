@@ -46,7 +46,7 @@ func TestReconnectScheduleIsFastAfterALostSession(t *testing.T) {
 			now := start
 			s := reconnectSchedule{lo: lo, hi: hi}
 			if tt.lost {
-				s.sessionLost(now)
+				s.sessionLost(now.Add(-time.Hour), now)
 			}
 			var last time.Duration
 			for now.Sub(start) < tt.span {
@@ -78,7 +78,7 @@ func TestReconnectScheduleFastAgainAfterEachSession(t *testing.T) {
 	refused := errors.New("connection refused")
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	s := reconnectSchedule{lo: lo, hi: hi}
-	s.sessionLost(now)
+	s.sessionLost(now.Add(-time.Hour), now)
 	now = now.Add(FastRetryWindow + time.Second)
 	for i := 0; i < 10; i++ {
 		d, _ := s.next(now, refused)
@@ -87,7 +87,7 @@ func TestReconnectScheduleFastAgainAfterEachSession(t *testing.T) {
 	if d, fast := s.next(now, refused); fast || d <= lo {
 		t.Fatalf("past the window: delay %s fast %v, want doubling", d, fast)
 	}
-	s.sessionLost(now)
+	s.sessionLost(now.Add(-HealthySession), now)
 	if d, fast := s.next(now.Add(time.Second), refused); !fast || d > lo {
 		t.Fatalf("after a new lost session: delay %s fast %v, want at most %s", d, fast, lo)
 	}
@@ -127,5 +127,39 @@ func TestExplainSlotWALGone(t *testing.T) {
 	other := &pgconn.PgError{Code: "42704", Message: `replication slot "walbox" does not exist`}
 	if got := explainSlotWALGone(other, "walbox"); got != error(other) {
 		t.Errorf("another error was changed: %v", got)
+	}
+}
+
+// TestReconnectScheduleDoublesForSessionsThatDieAtOnce: a session that
+// starts streaming and fails again within a second (a walsender that
+// errors on the same WAL record every time, a Kafka error right after the
+// start) must not keep the retries at the floor of the backoff for ever:
+// only a session that streamed for HealthySession starts a new fast
+// window. Before, every such session renewed the window, and walbox
+// reconnected, re-decoding from the slot, 2-4 times a second for good.
+func TestReconnectScheduleDoublesForSessionsThatDieAtOnce(t *testing.T) {
+	const lo, hi = 500 * time.Millisecond, 30 * time.Second
+	dead := errors.New("receive: unexpected EOF")
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	s := reconnectSchedule{lo: lo, hi: hi}
+	var d time.Duration
+	var fast bool
+	for now.Sub(start) < FastRetryWindow+5*time.Minute {
+		began := now
+		now = now.Add(time.Second) // streams for a second, then fails
+		s.sessionLost(began, now)
+		d, fast = s.next(now, dead)
+		now = now.Add(d)
+	}
+	if fast || d < hi/2 {
+		t.Fatalf("after %s of sessions that die within a second: delay %s (fast %v), want the doubling backoff near its cap %s", now.Sub(start), d, fast, hi)
+	}
+	// A session that streamed long enough starts fast again.
+	began := now
+	now = now.Add(HealthySession)
+	s.sessionLost(began, now)
+	if d, fast := s.next(now, dead); !fast || d > lo {
+		t.Fatalf("after a session of %s: delay %s fast %v, want at most %s", HealthySession, d, fast, lo)
 	}
 }

@@ -874,7 +874,11 @@ func (l *loop) eosSettleError(rec *kgo.Record, m *inflightRecord, err error) {
 func operatorError(err error) bool {
 	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
-		errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)
+		errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID) ||
+		// A commit time older than the topic's
+		// message.timestamp.before.max.ms: the replay after the abort
+		// carries the same timestamp and is refused again.
+		errors.Is(err, kerr.InvalidTimestamp)
 }
 
 // eosDivert replaces a record Kafka refused in an aborted transaction by its

@@ -8,12 +8,19 @@ import (
 // PatroniScope returns the scope of the Patroni cluster that runs the
 // server conn is connected to, or "" when it does not look run by Patroni.
 // Patroni starts PostgreSQL with cluster_name set to its scope on the
-// command line, which no postgresql.conf setting does; that is the sign
-// read here (pg_settings.source = 'command line').
+// command line, together with the other settings it always passes there
+// (its CMDLINE_OPTIONS, Patroni 4.1: max_locks_per_transaction,
+// max_prepared_transactions and wal_log_hints among them); that is the sign
+// read here (pg_settings.source = 'command line'). cluster_name alone is
+// not: a server started with postgres -c cluster_name=..., pg_ctl -o or a
+// container's command has it there too.
 func PatroniScope(ctx context.Context, conn Querier) string {
 	var scope string
 	err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT setting FROM pg_catalog.pg_settings
-		WHERE name = 'cluster_name' AND source = 'command line'), '')`).Scan(&scope)
+		WHERE name = 'cluster_name' AND source = 'command line'
+		AND (SELECT count(*) FROM pg_catalog.pg_settings
+			WHERE name IN ('max_locks_per_transaction', 'max_prepared_transactions', 'wal_log_hints')
+			AND source = 'command line') = 3), '')`).Scan(&scope)
 	if err != nil {
 		return ""
 	}
@@ -28,8 +35,10 @@ func patroniCreateError(scope string, r resolved, notFound error) error {
 	return fmt.Errorf("%w; the server is run by Patroni (cluster %q, cluster_name on its command line), which drops a slot that is not in its slots: configuration "+
 		"within a loop_wait and keeps on its replicas only those that are, so walbox does not create it: declare it as a permanent slot "+
 		"(patronictl edit-config, then slots: {%s: {type: logical, database: <the outbox's database>, plugin: %s}}), let Patroni create it, "+
-		"and start walbox again (without --create-slot); see docs/patroni.md",
-		notFound, scope, r.slot, Plugin)
+		"and start walbox again (without --create-slot); see docs/patroni.md. "+
+		"If Patroni does not run this server (it was recognised by cluster_name, max_locks_per_transaction, max_prepared_transactions and wal_log_hints on the postmaster's command line), "+
+		"create the slot yourself: SELECT pg_create_logical_replication_slot(%s, %s)",
+		notFound, scope, r.slot, Plugin, quoteLiteral(r.slot), quoteLiteral(Plugin))
 }
 
 // PatroniCreatedWarning is what to say after walbox or slotctl created

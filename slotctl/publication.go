@@ -177,11 +177,13 @@ func publicationUnderSlotError(ctx context.Context, conn Querier, r resolved) er
 	if neverDecoded(ctx, conn, r.slot) {
 		return fmt.Errorf("%w: publication %q does not exist but slot %q does, and the slot has decoded no transaction yet "+
 			"(pg_stat_replication_slots.total_txns = 0): it was probably created before the publication, as Patroni creates the permanent slots of its slots: "+
-			"configuration at bootstrap. Create only the publication, as the owner of %s: %s; "+
-			"then, with walbox stopped, move the slot past it, so that no change written before the publication is decoded against it "+
+			"configuration at bootstrap. Stop walbox, and stop the outbox's writers until the advance below returns: "+
+			"the advance skips every row committed before it, including rows written after the publication was created. "+
+			"Create only the publication, as the owner of %s: %s; "+
+			"then move the slot past it, so that no change written before the publication is decoded against it "+
 			"(on PostgreSQL 14 to 17 streaming would fail on such a change with \"publication does not exist\"): "+
 			"SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn()) (under Patroni, on the primary; Patroni moves its replicas' copies). "+
-			"Outbox rows committed before the publication existed are not streamed; re-publish any there are. "+
+			"Outbox rows committed before the advance are not streamed; re-publish any there are. "+
 			"walbox does not create the publication itself under an existing slot. "+
 			"If instead the publication was dropped under a slot that streamed (and its statistics were reset since), %s",
 			ErrPublicationNotFound, r.publication, r.slot, tableList(r.tables, false), create, quoteLiteral(r.slot), cutOver)

@@ -187,8 +187,7 @@ func (s *Server) spawn(logFile *os.File) (*proc, error) {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine, after the child
 		cmd := exec.Command(filepath.Join(s.binDir, "postgres"),
-			"-D", s.dataDir,
-			"-p", strconv.Itoa(s.port),
+			append([]string{"-D", s.dataDir, "-p", strconv.Itoa(s.port)}, s.cmdLine...)...,
 		)
 		cmd.Dir = s.root
 		cmd.Env = childEnv()

@@ -42,6 +42,11 @@ type Options struct {
 	// PasswordAuth makes TCP connections of roles other than postgres
 	// authenticate with scram-sha-256 (password.go). Ignored with TLS.
 	PasswordAuth bool
+
+	// CommandLine are settings passed on the postgres command line (-c
+	// name=value), as pg_ctl -o, a container's command or Patroni pass
+	// them: pg_settings.source is 'command line' for them.
+	CommandLine map[string]string
 }
 
 // defaultSettings are tuned for fast, disposable servers. They give up crash
@@ -89,6 +94,7 @@ type Server struct {
 	cred    *credential
 	tls     *TLS // Options.TLS
 	pwAuth  bool // Options.PasswordAuth
+	cmdLine []string
 
 	mu     sync.Mutex
 	proc   *proc // nil while stopped
@@ -133,6 +139,7 @@ func StartServer(ctx context.Context, opts Options) (*Server, error) {
 		cred:    cred,
 		tls:     opts.TLS,
 		pwAuth:  opts.PasswordAuth,
+		cmdLine: commandLine(opts.CommandLine),
 	}
 	s.logPath = filepath.Join(s.dataDir, "postgres.log")
 	if err := s.init(ctx, settings); err != nil {
@@ -377,4 +384,19 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// commandLine turns Options.CommandLine into postgres arguments, in name
+// order.
+func commandLine(settings map[string]string) []string {
+	names := make([]string, 0, len(settings))
+	for n := range settings {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var args []string
+	for _, n := range names {
+		args = append(args, "-c", n+"="+settings[n])
+	}
+	return args
 }

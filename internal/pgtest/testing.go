@@ -31,6 +31,17 @@ func WithSetting(name, value string) func(*Options) {
 	}
 }
 
+// WithCommandLine returns an option for Start that passes one setting on
+// the postgres command line (-c name=value).
+func WithCommandLine(name, value string) func(*Options) {
+	return func(o *Options) {
+		if o.CommandLine == nil {
+			o.CommandLine = map[string]string{}
+		}
+		o.CommandLine[name] = value
+	}
+}
+
 // startTimeout bounds initdb plus startup in the test helpers.
 const startTimeout = 2 * time.Minute
 
