@@ -213,19 +213,29 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 // timeline, through a promotion or onto the new timeline of the primary it
 // replays from, so what it streamed after the switch point is the new
 // timeline's. Only if walbox began decoding the standby at or before that
-// switch point: beyond it, walbox had streamed the old primary's WAL.
+// switch point: beyond it, walbox had streamed the old primary's WAL. And
+// only if the server's slot was confirmed past the switch point: walbox
+// then streamed this server's new timeline, not another server (a standby
+// of the same primary, ahead of the switch point, with a slot of the same
+// name) whose old timeline this server lacks.
 func standbyFollowed(last History, standbyFrom pglogrepl.LSN, srv serverHistory) bool {
 	if !last.Known() || last.SystemID != srv.SystemID || last.Timeline >= srv.Timeline {
 		return false
 	}
-	switch rel, end := sharedHistory(last, srv.History); rel {
+	var end pglogrepl.LSN
+	switch rel, e := sharedHistory(last, srv.History); rel {
 	case historyAncestor:
-		return standbyFrom <= end
+		end = e
 	case historiesUnknown:
 		sw, ok := srv.Switches[last.Timeline]
-		return ok && standbyFrom <= sw
+		if !ok {
+			return false
+		}
+		end = sw
+	default:
+		return false
 	}
-	return false
+	return standbyFrom <= end && srv.SlotConfirmed > end
 }
 
 // sentLedger counts the records of each transaction that reached Kafka,

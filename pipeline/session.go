@@ -93,6 +93,14 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
 			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
 	}
+	if r.onStandby {
+		// Whether walbox confirmed this slot past a switch point the
+		// standby it decoded crossed (standbyFollowed). Unread, the
+		// switch is handled as any other.
+		if row, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s`, quoteLiteral(r.cfg.Slot))); err == nil {
+			srv.SlotConfirmed, _ = pglogrepl.ParseLSN(row[0])
+		}
+	}
 	if r.eos != nil {
 		r.eos.server = srv
 	}
