@@ -136,6 +136,18 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 	last := r.history
 	r.history = srv.History
 	h := resumeOnHistory(last, pos, srv)
+	r.followed = h.switched && r.onStandby && standbyFollowed(last, r.standbyFrom, srv)
+	r.followedFrom = last
+	if srv.InRecovery && !r.onStandby {
+		r.standbyFrom = pos
+	}
+	r.onStandby = srv.InRecovery
+	if r.followed {
+		r.log.Info("the standby walbox decodes was promoted, or followed a new timeline, while walbox streamed from it: what walbox streamed is in the server's history; resuming at walbox's position",
+			"slot", r.cfg.Slot, "timeline", srv.Timeline, "previous_timeline", last.Timeline, "switch_points", srv.Ancestry,
+			"resume_lsn", pos.String())
+		return pos
+	}
 	if !h.switched {
 		return h.start
 	}
@@ -193,6 +205,37 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 		}
 	}
 	return h.start
+}
+
+// standbyFollowed reports whether srv's history continues last, the
+// history recorded for sessions that decoded a standby (DecodeFromStandby)
+// from standbyFrom on: a walsender on a standby follows its server's
+// timeline, through a promotion or onto the new timeline of the primary it
+// replays from, so what it streamed after the switch point is the new
+// timeline's. Only if walbox began decoding the standby at or before that
+// switch point: beyond it, walbox had streamed the old primary's WAL. And
+// only if the server's slot was confirmed past the switch point: walbox
+// then streamed this server's new timeline, not another server (a standby
+// of the same primary, ahead of the switch point, with a slot of the same
+// name) whose old timeline this server lacks.
+func standbyFollowed(last History, standbyFrom pglogrepl.LSN, srv serverHistory) bool {
+	if !last.Known() || last.SystemID != srv.SystemID || last.Timeline >= srv.Timeline {
+		return false
+	}
+	var end pglogrepl.LSN
+	switch rel, e := sharedHistory(last, srv.History); rel {
+	case historyAncestor:
+		end = e
+	case historiesUnknown:
+		sw, ok := srv.Switches[last.Timeline]
+		if !ok {
+			return false
+		}
+		end = sw
+	default:
+		return false
+	}
+	return standbyFrom <= end && srv.SlotConfirmed > end
 }
 
 // sentLedger counts the records of each transaction that reached Kafka,

@@ -264,3 +264,38 @@ func TestStandbyServerIsRetried(t *testing.T) {
 		t.Error("55000 not recognised through the wrapping")
 	}
 }
+
+func TestStandbyFollowed(t *testing.T) {
+	tl1 := History{SystemID: "71", Timeline: 1, Database: "app", Slot: "walbox"}
+	tl2 := serverHistory{History: History{SystemID: "71", Timeline: 2, Database: "app", Slot: "walbox", Ancestry: "1@0/5000"},
+		Switches: map[int32]pglogrepl.LSN{1: 0x5000}, SlotConfirmed: 0x6000}
+	unread := serverHistory{History: History{SystemID: "71", Timeline: 2, Database: "app", Slot: "walbox"},
+		Switches: map[int32]pglogrepl.LSN{1: 0x5000}, SlotConfirmed: 0x6000}
+	notHere := tl2
+	notHere.SlotConfirmed = 0x5000
+	sibling := History{SystemID: "71", Timeline: 2, Database: "app", Slot: "walbox", Ancestry: "1@0/4000"}
+	other := serverHistory{History: History{SystemID: "72", Timeline: 2, Database: "app", Slot: "walbox", Ancestry: "1@0/5000"}}
+	for _, tt := range []struct {
+		name string
+		last History
+		from pglogrepl.LSN
+		srv  serverHistory
+		want bool
+	}{
+		{"promoted after walbox began decoding it", tl1, 0x3000, tl2, true},
+		{"begun at the switch point", tl1, 0x5000, tl2, true},
+		{"begun beyond the switch point (the old primary's WAL streamed)", tl1, 0x6000, tl2, false},
+		{"ancestry unread, by the numbers", tl1, 0x3000, unread, true},
+		{"a sibling timeline", sibling, 0x3000, tl2, false},
+		{"the slot not confirmed past the switch point (another standby, or nothing confirmed there)", tl1, 0x3000, notHere, false},
+		{"the same timeline", tl2.History, 0x3000, tl2, false},
+		{"another cluster", tl1, 0x3000, other, false},
+		{"nothing recorded", History{}, 0, tl2, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := standbyFollowed(tt.last, tt.from, tt.srv); got != tt.want {
+				t.Errorf("standbyFollowed = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

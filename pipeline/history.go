@@ -172,6 +172,10 @@ type serverHistory struct {
 	SwitchesErr error
 	// InRecovery is pg_is_in_recovery(): the server is a standby.
 	InRecovery bool
+	// SlotConfirmed is the slot's confirmed_flush_lsn on the server, read
+	// only after sessions that decoded a standby (standbyFollowed); 0 when
+	// not read.
+	SlotConfirmed pglogrepl.LSN
 }
 
 // serverInRecovery asks a replication connection whether its server is a

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -228,5 +229,52 @@ func TestEOSDeletedStateTopicIsCreatedAgain(t *testing.T) {
 	pos, err := el.eos.state.Last(ctx, TransactionalIDFor("walbox"))
 	if err != nil || pos.EndLSN != 0x2010 {
 		t.Fatalf("position after the topic was created again: %+v, %v; want end 0/2010", pos, err)
+	}
+}
+
+// TestResumeFromRecordsWithoutAncestry: a state record of the walbox
+// before ancestries (system, timeline and database, no "ancestry") is
+// compared with a server whose ancestry is known by the timeline numbers;
+// and a walbox before ancestries reads a new record (its JSON ignores the
+// field) as the same position.
+func TestResumeFromRecordsWithoutAncestry(t *testing.T) {
+	srv := serverHistory{
+		History:  History{SystemID: "71", Timeline: 3, Database: "app", Slot: "walbox", Ancestry: "1@0/2000 2@0/5000"},
+		WALEnd:   0x9000,
+		Switches: map[int32]pglogrepl.LSN{1: 0x2000, 2: 0x5000},
+	}
+	old := func(end pglogrepl.LSN, tli int32) StatePosition {
+		return StatePosition{CommitLSN: end - 0x10, EndLSN: end, History: History{SystemID: "71", Timeline: tli, Database: "app", Slot: "walbox"}}
+	}
+	for _, tt := range []struct {
+		name     string
+		pos      StatePosition
+		wantSkip pglogrepl.LSN
+	}{
+		{"same timeline number", old(0x8000, 3), 0x8000},
+		{"ancestor timeline before its switch point", old(0x4000, 2), 0x4000},
+		{"ancestor timeline beyond its switch point", old(0x6000, 2), 0x5000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			skip, _, err := resumeFrom(tt.pos, srv)
+			if err != nil || skip != tt.wantSkip {
+				t.Fatalf("resumeFrom = %s, %v; want %s", skip, err, tt.wantSkip)
+			}
+		})
+	}
+
+	b := encodeState(StatePosition{CommitLSN: 0x7ff0, EndLSN: 0x8000, History: srv.History}, 3)
+	var before struct {
+		Slot      string `json:"slot"`
+		CommitLSN string `json:"commit_lsn"`
+		EndLSN    string `json:"end_lsn"`
+		Timeline  int32  `json:"timeline"`
+	}
+	if err := json.Unmarshal(b, &before); err != nil || before.EndLSN != "0/8000" || before.Timeline != 3 {
+		t.Fatalf("a walbox before ancestries reads %+v, %v from %s", before, err, b)
+	}
+	got, err := decodeState(b)
+	if err != nil || got.History != srv.History {
+		t.Fatalf("decodeState(%s) = %+v, %v; want the history %+v", b, got.History, err, srv.History)
 	}
 }

@@ -56,6 +56,15 @@ type Relay struct {
 	// from; sent counts what it sent per transaction (failover.go).
 	history History
 	sent    sentLedger
+	// onStandby is set while sessions decode a server in recovery
+	// (DecodeFromStandby); standbyFrom is where the first of them started.
+	// followed is set when the last session found such a server promoted
+	// (or on a new timeline) under walbox, and followedFrom is the history
+	// recorded for what walbox streamed there (standbyFollowed).
+	onStandby    bool
+	standbyFrom  pglogrepl.LSN
+	followed     bool
+	followedFrom History
 	// timeoutLogged is set once the effective receive timeout was logged.
 	timeoutLogged bool
 

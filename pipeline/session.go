@@ -18,6 +18,11 @@ import (
 	"github.com/walbox/walbox/router"
 )
 
+// identifyHook, when set by a test, runs between the session's first
+// question to the server about what it is and the next (a promotion
+// happening in between).
+var identifyHook func()
+
 // session runs one replication connection from connect to close. It returns
 // nil after a clean stop (ctx cancelled), otherwise the error that ended it;
 // streamed reports whether the session got as far as streaming, which resets
@@ -52,18 +57,31 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// The server's history: what walbox's position is checked against
 	// (failover.go) and, in exactly-once mode, what the committed position
 	// is checked against and recorded with (history.go).
+	//
+	// Whether the server is a standby is asked first: a server being
+	// promoted answers IDENTIFY_SYSTEM with its old timeline and replayed
+	// WAL, then pg_is_in_recovery() with false, and the session would
+	// stream the new timeline recorded as the old one (the next session
+	// then took the new timeline's events for erased by a failover). A
+	// server that is not in recovery never goes back to it within a
+	// connection.
+	inRecovery, err := serverInRecovery(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	if identifyHook != nil {
+		identifyHook()
+	}
 	srv, err := identifySystem(ctx, conn, r.cfg.Slot)
 	if err != nil {
 		return false, err
 	}
+	srv.InRecovery = inRecovery
 	// The timeline's history is read on every connect: two servers on the
 	// same timeline number can hold different histories (failover.go).
-	if err := readAncestry(ctx, conn, &srv); err != nil && r.eos != nil {
-		return false, err
-	}
 	// At least once, a history that cannot be read shares nothing known
 	// beyond what the timeline numbers say (failover.go).
-	if srv.InRecovery, err = serverInRecovery(ctx, conn); err != nil {
+	if err := readAncestry(ctx, conn, &srv); err != nil && r.eos != nil {
 		return false, err
 	}
 	if srv.InRecovery && !r.cfg.DecodeFromStandby {
@@ -74,6 +92,14 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	if srv.InRecovery {
 		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
 			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
+	}
+	if r.onStandby {
+		// Whether walbox confirmed this slot past a switch point the
+		// standby it decoded crossed (standbyFollowed). Unread, the
+		// switch is handled as any other.
+		if row, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s`, quoteLiteral(r.cfg.Slot))); err == nil {
+			srv.SlotConfirmed, _ = pglogrepl.ParseLSN(row[0])
+		}
 	}
 	if r.eos != nil {
 		r.eos.server = srv

@@ -361,6 +361,16 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
+	if r.followed {
+		// Committed while the session decoded a standby that was then
+		// promoted under it: recorded with the history the session
+		// began on, they are positions of the server's history.
+		for _, p := range []*StatePosition{&pos, &e.lastCommitted} {
+			if p.History == r.followedFrom {
+				p.History = e.server.History
+			}
+		}
+	}
 	if e.lastCommitted.supersedes(pos) {
 		// Never older than what this process committed itself, whatever
 		// the read saw (a compaction race, a lagging replica).
