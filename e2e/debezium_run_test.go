@@ -24,7 +24,7 @@ import (
 // (topic outbox.event.<aggregate_type>, key aggregate_id, value the
 // payload, the event id in the "id" header). Needs no Java.
 func TestDebeziumModeRun(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	parallel(t)
 	for _, delivery := range []string{"at-least-once", "exactly-once"} {
 		t.Run(delivery, func(t *testing.T) { testDebeziumModeRun(t, delivery) })
 	}

@@ -83,7 +83,7 @@ func preFailoverSlotVersions(t *testing.T) []pgtest.Version {
 // command of docs/operating.md then delivers every row the new primary
 // holds, at least once, in per-aggregate order.
 func TestFailoverRecoveryBefore17(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	parallel(t)
 	args := recoveryCommand(t)
 	for _, v := range preFailoverSlotVersions(t) {
 		t.Run(v.String(), func(t *testing.T) { testFailoverRecovery(t, v, args) })

@@ -1,6 +1,6 @@
 package e2e
 
-// Why the longer tests of this package call t.Parallel.
+// Why the longer tests of this package call parallel(t).
 //
 // They spend most of their time waiting (for a JVM, a restart, a Kafka
 // outage of 12 s, a consumer to see every event): the whole package used
@@ -13,3 +13,21 @@ package e2e
 // run `go test`'s -parallel at a time (GOMAXPROCS by default), after the
 // package's other tests; none asserts a duration, so running beside another
 // only makes it slower.
+//
+// Only in the short run: the full run's long suites (the fault table, the
+// SIGKILL loops) keep the machine to
+// themselves, so their figures stay comparable from run to run.
+
+import (
+	"testing"
+
+	"github.com/walbox/walbox/internal/fulltest"
+)
+
+// parallel marks t parallel in the short run (see above).
+func parallel(t *testing.T) {
+	t.Helper()
+	if !fulltest.Enabled() {
+		t.Parallel()
+	}
+}

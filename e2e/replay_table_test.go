@@ -25,7 +25,7 @@ import (
 // outbox and does not hold up writers; a SIGKILL then leaves no session,
 // snapshot or slot behind, and walbox's slot is never touched.
 func TestReplayFromTable(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	broker := kafkatest.Start(t, kafkatest.WithPartitions(3))

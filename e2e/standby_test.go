@@ -23,7 +23,7 @@ const (
 // kept, and the takeover time (SIGKILL to the standby logging
 // "streaming") is reported.
 func TestStandbyTakeoverUnderLoad(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	parallel(t)
 	runStandbyTakeover(t, kfakeBrokers(t))
 }
 
@@ -31,7 +31,7 @@ func TestStandbyTakeoverUnderLoad(t *testing.T) {
 // acks and idempotent producer sessions are what the delivery guarantee
 // rests on.
 func TestStandbyTakeoverRealKafka(t *testing.T) {
-	t.Parallel() // see parallel_test.go
+	parallel(t)
 	broker := kafkatest.Start(t)
 	runStandbyTakeover(t, broker.Addrs())
 }
