@@ -15,8 +15,8 @@ package e2e
 // only makes it slower.
 //
 // Only in the short run: the full run's long suites (the fault table, the
-// SIGKILL loops) keep the machine to
-// themselves, so their figures stay comparable from run to run.
+// SIGKILL loops) keep the machine to themselves, so their figures stay
+// comparable from run to run.
 
 import (
 	"testing"
