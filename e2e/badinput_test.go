@@ -403,6 +403,7 @@ func TestBadInputConfig(t *testing.T) {
 // is wrong and how to fix it: exit code 2 for what its preflight refuses,
 // 1 for what it meets later (a slot held by another process).
 func TestBadInputServerState(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	pg := pgtest.Start(t)
@@ -430,6 +431,7 @@ func TestBadInputServerState(t *testing.T) {
 // TestBadInputRows: rows the router refuses, under both policies, with
 // kfake as the broker.
 func TestBadInputRows(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pg := pgtest.Start(t)
@@ -474,6 +476,7 @@ func slowKfakeBrokers(t *testing.T, delay time.Duration) []string {
 // the size limit under both policies (its topics are created by the test)
 // and a topic that does not exist.
 func TestBadInputKafka(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	broker := kafkatest.Start(t, kafkatest.WithAutoCreateTopics(false), kafkatest.WithMessageMaxBytes(biMessageMaxBytes))

@@ -288,6 +288,7 @@ func (c *collector) snapshot() []outboxtest.Received {
 // times while a writer keeps committing, restarts it each time, and checks
 // that after dedup by event_id every event arrived in per-aggregate order.
 func TestCrashRestartLosesNothing(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))

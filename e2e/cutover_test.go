@@ -28,6 +28,7 @@ import (
 // --snapshot pending --snapshot-where "sent_at IS NULL". Every row must
 // reach Kafka across relay and walbox, in per-aggregate order.
 func TestCutoverFromPollingRelay(t *testing.T) {
+	parallel(t)
 	broker := kafkatest.Start(t)
 	brokers := broker.Addrs()
 

@@ -24,6 +24,7 @@ import (
 // (topic outbox.event.<aggregate_type>, key aggregate_id, value the
 // payload, the event id in the "id" header). Needs no Java.
 func TestDebeziumModeRun(t *testing.T) {
+	parallel(t)
 	for _, delivery := range []string{"at-least-once", "exactly-once"} {
 		t.Run(delivery, func(t *testing.T) { testDebeziumModeRun(t, delivery) })
 	}
@@ -78,7 +79,7 @@ value.converter=org.apache.kafka.connect.storage.StringConverter
 		t.Fatal(err)
 	}
 	col := startCollector(ctx, t, brokers)
-	p := startWalbox(t, []string{"WALBOX_METRICS_ADDR="}, "--debezium-config", cpath, "--debezium-worker-config", wpath, "--delivery", delivery)
+	p := startWalbox(t, []string{"WALBOX_METRICS_ADDR=127.0.0.1:0"}, "--debezium-config", cpath, "--debezium-worker-config", wpath, "--delivery", delivery)
 	waitUntil(ctx, t, time.Minute, "walbox to stream from slot orders_outbox", func() bool {
 		var active bool
 		_ = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'orders_outbox'").Scan(&active)

@@ -97,6 +97,7 @@ func killedItself(p *proc) (bool, string) {
 // transactions, showing that the kills did leave aborted data behind and
 // that read_committed consumers never saw it.
 func TestExactlyOnceSurvivesSIGKILLs(t *testing.T) {
+	parallel(t)
 	// The short run kills six times: each hook phase once, three at random.
 	exactlyOnceSIGKILLs(t, "walbox-state.eos-kill", nil, fulltest.Pick(6, 60))
 }

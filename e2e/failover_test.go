@@ -79,6 +79,7 @@ func preFailoverSlotVersions(t *testing.T) []pgtest.Version {
 // only, as the runbook said before, 1,594 and 2,038 of about 3,900 rows
 // were never sent (two runs, walbox 5 s behind).
 func TestFailoverRecoveryBefore17(t *testing.T) {
+	parallel(t)
 	args := recoveryCommand(t)
 	for _, v := range preFailoverSlotVersions(t) {
 		t.Run(v.String(), func(t *testing.T) { testFailoverRecovery(t, v, args) })

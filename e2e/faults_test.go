@@ -223,6 +223,7 @@ var sigkills = fulltest.Pick(5, 20)
 // real consumer reads everything back from a real Kafka broker; any loss or
 // order violation fails, duplicates are counted and reported.
 func TestFaults(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// The broker advertises a proxy that forwards to it, so walbox's and

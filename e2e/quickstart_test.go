@@ -55,6 +55,7 @@ const quickstartSection = "## Quickstart against your database"
 // `go install` writes into a GOPATH of the test's own (the module cache
 // stays where it is), so binaries elsewhere on the machine are not used.
 func TestQuickstartAsWritten(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

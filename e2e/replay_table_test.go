@@ -25,6 +25,7 @@ import (
 // outbox and does not hold up writers; a SIGKILL then leaves no session,
 // snapshot or slot behind, and walbox's slot is never touched.
 func TestReplayFromTable(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	broker := kafkatest.Start(t, kafkatest.WithPartitions(3))
@@ -115,6 +116,15 @@ func TestReplayFromTable(t *testing.T) {
 			return k
 		}
 		waitUntil(ctx, t, time.Minute, "the replay's snapshot transaction", func() bool { return sessions() == 1 })
+		// Parked means past its DECLARE: on a loaded machine the session
+		// may still show it (its locks are then not yet the FETCH's).
+		waitUntil(ctx, t, time.Minute, "the replay's first FETCH", func() bool {
+			var k int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'FETCH % FROM walbox_rows'`).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			return k == 1
+		})
 		// Parked inside its snapshot, it holds only the ACCESS SHARE lock
 		// of a SELECT on the outbox, and writers are not held up.
 		var modes []string

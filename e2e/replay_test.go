@@ -110,6 +110,7 @@ func runReplay(t *testing.T, env []string, args ...string) biResult {
 // left, also after a SIGKILL of walbox replay mid-stream. A range older
 // than the window, a malformed LSN and a missing trailing slot are refused.
 func TestReplayRange(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	broker := kafkatest.Start(t, kafkatest.WithPartitions(3))
@@ -364,6 +365,7 @@ func tail(s string, n int) string {
 // never passes the live slot and never moves backwards, and after each
 // restart (empty history) it advances again.
 func TestReplayWindowSurvivesSIGKILL(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))

@@ -22,6 +22,7 @@ import (
 // with one line naming the cause and the option to fix; no output of any
 // run holds the password.
 func TestKafkaSASLSSL(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ca := certtest.NewCA(t, "kafka")

@@ -23,6 +23,7 @@ import (
 // server refuses a connection without TLS and one that does not trust its
 // certificate, so the test proves TLS is used, not just passed through.
 func TestPostgresTLS(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ca := certtest.NewCA(t, "pg")

@@ -34,7 +34,7 @@ func TestSeveralOutboxTables(t *testing.T) {
 	}
 	col := startCollector(ctx, t, brokers)
 	p := startWalbox(t, []string{
-		"WALBOX_PG_DSN=" + pg.DSN("postgres"), "WALBOX_KAFKA_BROKERS=" + brokers[0], "WALBOX_METRICS_ADDR=",
+		"WALBOX_PG_DSN=" + pg.DSN("postgres"), "WALBOX_KAFKA_BROKERS=" + brokers[0], "WALBOX_METRICS_ADDR=127.0.0.1:0",
 		"WALBOX_TABLE=public.outbox, billing.outbox", "WALBOX_STATUS_INTERVAL=200ms",
 	})
 	waitUntil(ctx, t, time.Minute, "walbox to stream", func() bool {

@@ -23,6 +23,7 @@ const (
 // kept, and the takeover time (SIGKILL to the standby logging
 // "streaming") is reported.
 func TestStandbyTakeoverUnderLoad(t *testing.T) {
+	parallel(t)
 	runStandbyTakeover(t, kfakeBrokers(t))
 }
 
@@ -30,6 +31,7 @@ func TestStandbyTakeoverUnderLoad(t *testing.T) {
 // acks and idempotent producer sessions are what the delivery guarantee
 // rests on.
 func TestStandbyTakeoverRealKafka(t *testing.T) {
+	parallel(t)
 	broker := kafkatest.Start(t)
 	runStandbyTakeover(t, broker.Addrs())
 }

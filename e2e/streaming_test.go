@@ -158,6 +158,7 @@ func streamFixture(ctx context.Context, t *testing.T) (pg *pgtest.Server, conn *
 // confirmed); the next process finds its position in the state topic and a
 // read_committed consumer holds every row once, in order.
 func TestStreamingExactlyOnceCrashes(t *testing.T) {
+	parallel(t)
 	for _, phase := range eosPhases {
 		t.Run(phase, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

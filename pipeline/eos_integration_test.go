@@ -30,8 +30,8 @@ type eosRun struct {
 	done   chan error
 }
 
-// relayN numbers the relays in the logs.
-var relayN int
+// relayN numbers the relays in the logs (of tests that run in parallel too).
+var relayN atomic.Int64
 
 // startEOSRelay runs a relay with --delivery exactly-once on slot, from the
 // slot's confirmed position, with its own transactional client.
@@ -42,8 +42,7 @@ func startEOSRelay(t *testing.T, conn *pgx.Conn, dsn string, brokers []string, s
 	if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&start); err != nil {
 		t.Fatal(err)
 	}
-	relayN++
-	log := testLogger(t).With("relay", relayN)
+	log := testLogger(t).With("relay", relayN.Add(1))
 	reg := prometheus.NewRegistry()
 	rt, err := router.New(router.Config{})
 	if err != nil {

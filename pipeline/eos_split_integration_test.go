@@ -34,6 +34,7 @@ import (
 // order per aggregate, and the rows of the small transactions before and
 // after it.
 func TestRelayExactlyOnceSplitsAHugeTransaction(t *testing.T) {
+	parallel(t)
 	rows := fulltest.Pick(50_000, 1_000_000)
 	if s := os.Getenv("WALBOX_TEST_SPLIT_ROWS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -189,6 +190,7 @@ func TestRelayExactlyOnceSplitsAHugeTransaction(t *testing.T) {
 // In exactly-once mode the messages are always asked for, so the stream a
 // count refers to is the same whatever the options.
 func TestRelayExactlyOnceSplitPositionSurvivesAMessagesChange(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())

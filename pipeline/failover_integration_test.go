@@ -287,6 +287,7 @@ func walboxSlot(t *testing.T, ctx context.Context, srv *pgtest.Server) (confirme
 // Now walbox resumes at the switch point, delivers every row the new primary
 // holds, in order, and reports what the failover erased.
 func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
+	parallel(t)
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, failoverCase{}) })
 	}
@@ -297,6 +298,7 @@ func TestRelayResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 // timeline beyond the switch point; it must not make walbox skip the new
 // timeline's transactions, and nothing is delivered twice.
 func TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
+	parallel(t)
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) { testFailover(t, v, failoverCase{eos: true}) })
 	}
@@ -307,6 +309,7 @@ func TestRelayExactlyOnceResumesOnTheSwitchPointAfterAFailover(t *testing.T) {
 // from the synchronized slot's position on the new primary, which is never
 // beyond the switch point: every row the new primary holds arrives.
 func TestRelayRestartedAfterAFailoverResumesFromTheSlot(t *testing.T) {
+	parallel(t)
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) {
 			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, failoverCase{restart: true}) })
@@ -319,6 +322,7 @@ func TestRelayRestartedAfterAFailoverResumesFromTheSlot(t *testing.T) {
 // synchronized_standby_slots the primary sends walbox nothing the standby
 // lacks, so after the promotion every row arrives and nothing was erased.
 func TestRelayFollowsAFailoverWithSynchronizedStandbySlots(t *testing.T) {
+	parallel(t)
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) {
 			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, failoverCase{synchronized: true}) })
@@ -332,6 +336,7 @@ func TestRelayFollowsAFailoverWithSynchronizedStandbySlots(t *testing.T) {
 // connection skips the standby before the failover and finds the promoted
 // one after it, without anything moving an endpoint.
 func TestRelayFollowsAFailoverThroughAMultiHostDSN(t *testing.T) {
+	parallel(t)
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) {
 			for _, attrs := range []string{"read-write", "primary"} {
@@ -544,6 +549,7 @@ func testFailover(t *testing.T, v pgtest.Version, fc failoverCase) {
 // its own, fails in turn, and walbox follows to timeline 3 through the same
 // endpoint, at least once and exactly once, losing nothing.
 func TestRelayFollowsTwoFailoversInARow(t *testing.T) {
+	parallel(t)
 	for _, v := range failoverVersions(t) {
 		t.Run(v.String(), func(t *testing.T) {
 			t.Run("at-least-once", func(t *testing.T) { testFailover(t, v, failoverCase{twice: true}) })

@@ -227,6 +227,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // How it broke: the relay stopped with an error, and since the slot could
 // not be confirmed past the message, every restart stopped at it again.
 func TestRelayNonTransactionalMessage(t *testing.T) {
+	parallel(t)
 	for _, tt := range []struct {
 		name       string
 		deadLetter string
@@ -298,6 +299,7 @@ func TestRelayNonTransactionalMessage(t *testing.T) {
 // outbox; with it unset (the old behaviour) the foreign rows arrive and the
 // "routed" subtest shows it.
 func TestRelayRoutesOnlyTheOutboxTables(t *testing.T) {
+	parallel(t)
 	ddl := outboxtest.DDL + `;
 CREATE TABLE public.audit (LIKE public.outbox INCLUDING DEFAULTS)`
 	for _, tt := range []struct {
@@ -381,6 +383,7 @@ CREATE TABLE public.audit (LIKE public.outbox INCLUDING DEFAULTS)`
 // fact, while the later records of its key were produced and acknowledged;
 // after the fix and a restart the key read R2 R3 R1 R2 R3.
 func TestRelayDecidesOversizedRecordsInOrder(t *testing.T) {
+	parallel(t)
 	for _, tt := range []struct {
 		name       string
 		deadLetter string

@@ -82,6 +82,7 @@ func TestStandbyPollsWithoutAWalsender(t *testing.T) {
 // next holder (here the same instance, once the test's holder lets go of
 // the slot) sends it again.
 func TestLostSessionRecordsAreNotDeliveredLater(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t)
@@ -246,6 +247,7 @@ func holdSlot(t *testing.T, ctx context.Context, dsn, slot string) *pgconn.PgCon
 // is free with a new producer, and delivers what it had not committed,
 // once.
 func TestFencedExactlyOnceInstanceStandsBy(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t)

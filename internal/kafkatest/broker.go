@@ -138,9 +138,8 @@ func makeRoot() (string, error) {
 // our probe and the JVM's bind.
 const maxPortAttempts = 3
 
-// startFresh picks ports, formats the storage for them (a standalone KRaft
-// controller records its own endpoint in the metadata log, so new ports need
-// a new format) and starts the broker, retrying on a port clash.
+// startFresh picks ports, gives the broker a freshly formatted storage and
+// starts it, retrying on a port clash.
 func (b *Broker) startFresh(ctx context.Context) error {
 	var err error
 	for range maxPortAttempts {
@@ -184,8 +183,11 @@ func freePorts() (broker, controller int, err error) {
 	return l1.Addr().(*net.TCPAddr).Port, l2.Addr().(*net.TCPAddr).Port, nil
 }
 
-// format writes server.properties and runs the equivalent of
-// `kafka-storage.sh format -t <id> -c server.properties --standalone`.
+// format writes server.properties and gives the broker its storage: a copy
+// of this process's formatted template for these properties (format.go) with
+// a new cluster and directory id, or, with SASL_SSL (whose format adds the
+// SCRAM user), the equivalent of `kafka-storage.sh format -t <id> -c
+// server.properties`.
 func (b *Broker) format(ctx context.Context) error {
 	props := b.opts.serverProperties(b.brokerPort, b.controllerPort, b.dataDir)
 	if b.opts.SASLSSL != nil {
@@ -196,6 +198,15 @@ func (b *Broker) format(ctx context.Context) error {
 	if err := os.WriteFile(b.propsPath, []byte(renderProperties(props)), 0o644); err != nil {
 		return fmt.Errorf("kafkatest: %w", err)
 	}
+	if b.opts.SASLSSL == nil {
+		return b.copyFormatted(ctx, props)
+	}
+	return b.runFormat(ctx, b.propsPath, b.dir, b.opts.SASLSSL.formatArgs()...)
+}
+
+// runFormat runs Kafka's StorageTool format on the properties at propsPath,
+// in dir, with a new cluster id.
+func (b *Broker) runFormat(ctx context.Context, propsPath, dir string, extra ...string) error {
 	clusterID, err := newClusterID()
 	if err != nil {
 		return fmt.Errorf("kafkatest: cluster id: %w", err)
@@ -207,14 +218,11 @@ func (b *Broker) format(ctx context.Context) error {
 		"-cp", b.cp.String(),
 		"kafka.tools.StorageTool", "format",
 		"-t", clusterID,
-		"-c", b.propsPath,
-		"--standalone",
+		"-c", propsPath,
 	)
-	if b.opts.SASLSSL != nil {
-		args = append(args, b.opts.SASLSSL.formatArgs()...)
-	}
+	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, b.java, args...)
-	cmd.Dir = b.dir
+	cmd.Dir = dir
 	setGroupKill(cmd)
 	var out bytes.Buffer
 	cmd.Stdout = &out

@@ -34,7 +34,9 @@
 //
 //   - first run with an empty ~/.m2 (Maven downloads about 67 MB): 27 s
 //   - jars in ~/.m2, classpath and archive not cached: 16 s
-//   - everything cached: 2.5-3 s (storage format 1 s, broker 2 s)
+//   - everything cached: 2.5-3 s (storage format 1 s, broker 2 s); the
+//     storage is formatted once per process and options and copied for
+//     later brokers (format.go), which skip that second
 //
 // Restart after Kill takes about 6 s, most of it waiting for the killed
 // broker's 4 s session to expire (see serverProperties); Restart after Stop

@@ -142,15 +142,19 @@ func (o Options) serverProperties(brokerPort, controllerPort int, dataDir string
 		partitions = defaultPartitions
 	}
 	p := map[string]string{
-		"process.roles":                       "broker,controller",
-		"node.id":                             "1",
-		"controller.quorum.bootstrap.servers": controller,
-		"listeners":                           "PLAINTEXT://" + broker + ",CONTROLLER://" + controller,
-		"advertised.listeners":                "PLAINTEXT://" + o.advertised(broker),
-		"controller.listener.names":           "CONTROLLER",
-		"inter.broker.listener.name":          "PLAINTEXT",
-		"listener.security.protocol.map":      "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-		"log.dirs":                            dataDir,
+		"process.roles": "broker,controller",
+		"node.id":       "1",
+		// A static quorum (not --standalone's dynamic one, which records
+		// the controller's endpoint in the formatted storage): the storage
+		// is then the same for every port, formatted once per process
+		// (format.go).
+		"controller.quorum.voters":       "1@" + controller,
+		"listeners":                      "PLAINTEXT://" + broker + ",CONTROLLER://" + controller,
+		"advertised.listeners":           "PLAINTEXT://" + o.advertised(broker),
+		"controller.listener.names":      "CONTROLLER",
+		"inter.broker.listener.name":     "PLAINTEXT",
+		"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+		"log.dirs":                       dataDir,
 
 		"auto.create.topics.enable":                        strconv.FormatBool(autoCreate),
 		"num.partitions":                                   strconv.Itoa(partitions),

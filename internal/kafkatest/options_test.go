@@ -63,7 +63,7 @@ func TestServerProperties(t *testing.T) {
 				"process.roles":                            "broker,controller",
 				"listeners":                                "PLAINTEXT://127.0.0.1:9100,CONTROLLER://127.0.0.1:9101",
 				"advertised.listeners":                     "PLAINTEXT://127.0.0.1:9100",
-				"controller.quorum.bootstrap.servers":      "127.0.0.1:9101",
+				"controller.quorum.voters":                 "1@127.0.0.1:9101",
 				"log.dirs":                                 "/data",
 				"auto.create.topics.enable":                "true",
 				"num.partitions":                           "3",

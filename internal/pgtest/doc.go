@@ -1,6 +1,8 @@
 // Package pgtest runs throwaway PostgreSQL servers for tests and demos.
 //
-// StartServer runs initdb into a fresh temporary directory, starts postgres as
+// StartServer copies a template cluster (initdb runs once per process and
+// installation; each copy gets its own system identifier) into a fresh
+// temporary directory, starts postgres as
 // a child process on a free loopback port and waits until it accepts
 // connections. The core API needs no *testing.T, so a demo program can use it
 // too; Start, Shared and NewDatabase are the helpers for tests.

@@ -89,6 +89,11 @@ const minShmFree = 1 << 30
 // directory must be reachable by the postgres account, so a base whose
 // ancestors are not world-traversable (TMPDIR=/root/tmp) is skipped.
 func makeRoot(c *credential) (string, error) {
+	return makeRootPrefix(c, "walbox-pg-")
+}
+
+// makeRootPrefix is makeRoot for a directory whose name starts with prefix.
+func makeRootPrefix(c *credential, prefix string) (string, error) {
 	var bases []string
 	if env := os.Getenv(TmpDirEnv); env != "" {
 		bases = []string{env}
@@ -109,7 +114,7 @@ func makeRoot(c *credential) (string, error) {
 			tried = append(tried, base+" (not traversable by the postgres account)")
 			continue
 		}
-		root, err := os.MkdirTemp(base, "walbox-pg-")
+		root, err := os.MkdirTemp(base, prefix)
 		if err != nil {
 			return "", fmt.Errorf("pgtest: %w", err)
 		}

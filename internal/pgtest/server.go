@@ -101,8 +101,9 @@ type Server struct {
 	closed bool
 }
 
-// StartServer creates a new cluster with initdb in a fresh temporary
-// directory, starts postgres on a free loopback port and waits until it
+// StartServer creates a new cluster in a fresh temporary directory (a copy
+// of a cluster initdb made once per process, with a system identifier of its
+// own: template.go), starts postgres on a free loopback port and waits until it
 // accepts connections or ctx ends. On error nothing is left running and the
 // temporary directory is removed; the error includes the tail of the server
 // log. Errors wrap ErrUnavailable when the machine cannot run a server.
@@ -153,18 +154,11 @@ func StartServer(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// init runs initdb and writes the configuration files.
+// init makes the data directory (a copy of the template cluster, see
+// template.go) and writes the configuration files.
 func (s *Server) init(ctx context.Context, settings map[string]string) error {
-	out, err := s.run(ctx, filepath.Join(s.binDir, "initdb"),
-		"-D", s.dataDir,
-		"-U", "postgres",
-		"--auth=trust",
-		"--encoding=UTF8",
-		"--locale=C",
-		"--no-sync", // durability of a throwaway cluster is irrelevant; saves ~1s
-	)
-	if err != nil {
-		return fmt.Errorf("pgtest: initdb: %w\n%s", err, tail(out, 30))
+	if err := s.initFromTemplate(ctx); err != nil {
+		return err
 	}
 	v, err := os.ReadFile(filepath.Join(s.dataDir, "PG_VERSION"))
 	if err != nil {
