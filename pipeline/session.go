@@ -256,6 +256,11 @@ func (l *loop) run(ctx context.Context) error {
 			l.lastReceive = time.Now()
 			continue
 		}
+		if hold, err := l.unstreamDrain(ctx); err != nil {
+			return err
+		} else if hold {
+			continue
+		}
 		if l.unstreamDone() {
 			return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", l.unstream.xid)}
 		}
