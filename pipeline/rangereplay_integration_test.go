@@ -59,19 +59,7 @@ func testReplayBounds(t *testing.T, opts ...func(*pgtest.Options)) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
-	cfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := slotctl.EnsureSlot(ctx, conn, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
-		t.Fatal(err)
-	}
+	setupReplaySource(ctx, t, conn)
 	gen := outboxtest.NewGenerator(3, 4)
 	var txns [][]outboxtest.Event
 	for range 5 {
@@ -217,4 +205,24 @@ func commitLSNs(ctx context.Context, t *testing.T, conn *pgx.Conn) []pglogrepl.L
 		t.Fatal(err)
 	}
 	return out
+}
+
+// setupReplaySource prepares a replay test's server: the outbox table, its
+// publication, the live slot walbox_replay that replay copies, and the
+// independent slot peek the tests read the server's own view from.
+func setupReplaySource(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
+		t.Fatal(err)
+	}
+	cfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
+	if err := slotctl.EnsurePublication(ctx, conn, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slotctl.EnsureSlot(ctx, conn, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
+		t.Fatal(err)
+	}
 }

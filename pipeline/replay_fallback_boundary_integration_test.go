@@ -13,7 +13,6 @@ import (
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
-	"github.com/walbox/walbox/slotctl"
 )
 
 // TestReplayFallbackBoundary: a replay that falls back for X (too large for
@@ -38,19 +37,7 @@ func TestReplayFallbackBoundary(t *testing.T) {
 		conns[i] = c
 	}
 	conn := conns[0]
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
-	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
-		t.Fatal(err)
-	}
+	setupReplaySource(ctx, t, conn)
 	gen := outboxtest.NewGenerator(47, 10)
 	begin := func(c *pgx.Conn) pgx.Tx {
 		tx, err := c.Begin(ctx)

@@ -16,7 +16,6 @@ import (
 	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
-	"github.com/walbox/walbox/slotctl"
 )
 
 // ambiguousTx starts, on conn, a transaction X whose rolled back
@@ -272,19 +271,7 @@ func TestReplaySpoolFaultsFallBackToProtocol1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
-	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
-		t.Fatal(err)
-	}
+	setupReplaySource(ctx, t, conn)
 	gen := outboxtest.NewGenerator(43, 10)
 	var want []outboxtest.Event
 	// Too large for the 512 KiB spool, then one that fits.

@@ -598,19 +598,7 @@ func TestReplayStreamedTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, outboxtest.DDL); err != nil {
-		t.Fatal(err)
-	}
-	scfg := slotctl.Config{Table: "public.outbox", Slot: "walbox_replay", Publication: "walbox", CreateMissing: true}
-	if err := slotctl.EnsurePublication(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := slotctl.EnsureSlot(ctx, conn, scfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot('peek', 'pgoutput')`); err != nil {
-		t.Fatal(err)
-	}
+	setupReplaySource(ctx, t, conn)
 	gen := outboxtest.NewGenerator(18, 10)
 	var txns [][]outboxtest.Event
 	for i := range 3 {
