@@ -27,19 +27,8 @@ import (
 // "degraded" with the standby's slot, and "streaming" again once the slot
 // leaves the setting. Before the fix it said "streaming" throughout.
 func TestReadyzShowsAStreamHeldBackForAStandby(t *testing.T) {
-	installed, err := pgtest.InstalledVersions()
-	if err != nil {
-		t.Skipf("no PostgreSQL installed: %v", err)
-	}
-	var v pgtest.Version
-	for _, iv := range installed {
-		if iv.Major >= 17 {
-			v = iv
-		}
-	}
-	if v.Major == 0 {
-		t.Skip("synchronized_standby_slots needs PostgreSQL 17 or newer; none is installed")
-	}
+	vs := pgtest.VersionsFrom(t, 17, "synchronized_standby_slots")
+	v := vs[len(vs)-1]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
@@ -111,19 +100,8 @@ func TestReadyzShowsAStreamHeldBackForAStandby(t *testing.T) {
 // walbox warns, naming the standby and the fix; before, nothing did.
 func TestWarnsOfAStandbyThatCannotSyncTheSlot(t *testing.T) {
 	fulltest.Require(t, "a standby holding an unsynchronized slot of walbox's name")
-	installed, err := pgtest.InstalledVersions()
-	if err != nil {
-		t.Skipf("no PostgreSQL installed: %v", err)
-	}
-	var v pgtest.Version
-	for _, iv := range installed {
-		if iv.Major >= 17 {
-			v = iv
-		}
-	}
-	if v.Major == 0 {
-		t.Skip("failover slots need PostgreSQL 17 or newer; none is installed")
-	}
+	vs := pgtest.VersionsFrom(t, 17, "a failover slot")
+	v := vs[len(vs)-1]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	primary := pgtest.Start(t, pgtest.WithBinDir(v.BinDir))

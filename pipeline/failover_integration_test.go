@@ -32,19 +32,7 @@ import (
 // one.
 func failoverVersions(t *testing.T) []pgtest.Version {
 	t.Helper()
-	installed, err := pgtest.InstalledVersions()
-	if err != nil {
-		t.Skipf("no PostgreSQL installed: %v", err)
-	}
-	var out []pgtest.Version
-	for _, v := range installed {
-		if v.Major >= 17 {
-			out = append(out, v)
-		}
-	}
-	if len(out) == 0 {
-		t.Skip("failover slots need PostgreSQL 17 or newer; none is installed")
-	}
+	out := pgtest.VersionsFrom(t, 17, "a failover slot")
 	return fulltest.Pick(out[len(out)-1:], out)
 }
 

@@ -209,3 +209,26 @@ func (s *Server) dropDatabase(ctx context.Context, name string) error {
 	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	return err
 }
+
+// VersionsFrom returns the installed versions of major version min and
+// newer, oldest first, for a test of a feature they alone have (why names
+// it). With none installed the test is skipped, or fails when
+// WALBOX_REQUIRE_INTEGRATION=1: CI installs them, and a feature whose
+// every test skipped there would pass untested.
+func VersionsFrom(t testing.TB, min int, why string) []Version {
+	t.Helper()
+	installed, err := InstalledVersions()
+	if err != nil {
+		skipOrFatal(t, err)
+	}
+	var out []Version
+	for _, v := range installed {
+		if v.Major >= min {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		skipOrFatal(t, fmt.Errorf("%w: %s needs PostgreSQL %d or newer; none is installed (go run ./internal/pgtest/cmd/pginstall)", ErrUnavailable, why, min))
+	}
+	return out
+}
