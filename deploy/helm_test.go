@@ -1,3 +1,13 @@
+//go:build helmchart
+
+// The chart's typed tests: every rendered object decoded into the Kubernetes
+// API types. They are behind the helmchart build tag because k8s.io/api and
+// the Prometheus Operator's types are the largest compile of the module's
+// tests (about a minute of CPU with an empty build cache, on the path of
+// every test package that sorts after deploy); TestHelmChartTyped in
+// helmchart_test.go runs them in the full run, and the short run lints and
+// renders the chart without them.
+
 package deploy
 
 import (
@@ -21,24 +31,6 @@ import (
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/internal/certtest"
 )
-
-// chartDir is the chart, relative to this package.
-const chartDir = "helm/walbox"
-
-// helmBinary returns helm's path, or skips the test without it, unless
-// WALBOX_REQUIRE_INTEGRATION=1, which makes that a failure.
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("helm")
-	if err != nil {
-		msg := "helm not found; install it with `go install helm.sh/helm/v3/cmd/helm@v3.22.0`"
-		if os.Getenv(requireEnv) == "1" {
-			t.Fatalf("%s: %v", msg, err)
-		}
-		t.Skipf("skipping: %s (set %s=1 to fail instead): %v", msg, requireEnv, err)
-	}
-	return path
-}
 
 // rendered is one `helm template`'s objects, decoded strictly.
 type rendered struct {
@@ -377,22 +369,5 @@ func checkRules(t *testing.T, pr *monv1.PrometheusRule) {
 	}
 	if !reflect.DeepEqual(pr.Spec, want) {
 		t.Errorf("the PrometheusRule's groups differ from prometheus/alerts.yaml;\ngot:  %+v\nwant: %+v", pr.Spec, want)
-	}
-}
-
-// TestHelmChartAlertsCopy: the chart cannot read outside its directory, so
-// it carries a copy of prometheus/alerts.yaml; the copy must be the file,
-// byte for byte. Needs no helm, so the short run catches a drift too.
-func TestHelmChartAlertsCopy(t *testing.T) {
-	src, err := os.ReadFile("prometheus/alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := os.ReadFile(chartDir + "/files/alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(src, cp) {
-		t.Errorf("%s/files/alerts.yaml differs from prometheus/alerts.yaml; after changing the rules run\n  cp deploy/prometheus/alerts.yaml deploy/%s/files/alerts.yaml", chartDir, chartDir)
 	}
 }
