@@ -435,6 +435,9 @@ func (m *Monitor) unregister(seq uint64) {
 	}
 }
 
+// adviceTimeout bounds deniedAdvice's lookup of the function's signature.
+const adviceTimeout = 5 * time.Second
+
 // deniedAdvice says what to grant after an emit failed for lack of
 // privilege, with the signature of pg_logical_emit_message this server has.
 func (m *Monitor) deniedAdvice(ctx context.Context, conn execer, viaFunction bool) string {
@@ -446,7 +449,19 @@ func (m *Monitor) deniedAdvice(ctx context.Context, conn execer, viaFunction boo
 		return fmt.Sprintf("this role may not execute %s, so no heartbeat is emitted and walbox_heartbeat_lag_seconds stays 0; "+
 			"as a superuser in this database: GRANT EXECUTE ON FUNCTION %s TO %s; or set --heartbeat-interval=0", FunctionName, FunctionName, pgx.Identifier{role}.Sanitize())
 	}
-	grant, err := GrantEmitSQL(ctx, conn, role)
+	// Not the tick's context: the emit that was refused may have used most
+	// of its one interval, and a lookup sent past that deadline makes pgx
+	// close the connection and the advice lose the statement to run. Once
+	// per refusal, so a few seconds more are cheap; a shutdown still ends it.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adviceTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stop()
+	grant, err := GrantEmitSQL(actx, conn, role)
 	if err != nil {
 		grant = "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(...) TO " + pgx.Identifier{role}.Sanitize() + " (\\df pg_logical_emit_message lists the signatures)"
 	}
