@@ -2,6 +2,7 @@ package schemareg
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,7 +37,8 @@ import (
 //
 // Avro (AvroData.fromConnectSchema, connect.meta.data on):
 //   - an optional schema is the union ["null", T], a record field of one
-//     has "default": null;
+//     has "default": null; but the payload's own schema is its record, not
+//     a union (the serializer registers the datum's schema);
 //   - int32 is int, int64 long, float64 double;
 //   - a struct is a record whose name is split at its last dot into
 //     namespace and name, with the property "connect.name" holding the
@@ -75,9 +77,13 @@ func (t ctype) avroName() string {
 	return [...]string{"string", "boolean", "int", "long", "double", "array", "record", "double"}[t]
 }
 
-// cschema is an (optional) Connect schema.
+// cschema is a Connect schema, optional unless required is set.
 type cschema struct {
 	typ ctype
+	// required marks the struct of an array's object elements merged
+	// from several shapes: Connect's SchemaUtil.copySchemaBasics, which
+	// JsonSchemaData's merge builds it with, does not copy optional.
+	required bool
 	// name is a struct's name, when named is set.
 	name   string
 	named  bool
@@ -109,6 +115,9 @@ func (s *cschema) key(b *strings.Builder) {
 	case cStruct:
 		if s.named {
 			b.WriteString(strconv.Quote(s.name))
+		}
+		if s.required {
+			b.WriteString("!")
 		}
 		b.WriteString("{")
 		for i, f := range s.fields {
@@ -223,6 +232,13 @@ func inferElements(name string, named bool, arr *jvalue, path string) (*cschema,
 			merged = s
 			continue
 		}
+		if !merged.required {
+			// Two shapes: the merge makes a new struct, not optional.
+			c := *merged
+			c.fields = slices.Clone(merged.fields)
+			c.required = true
+			merged = &c
+		}
 		for _, f := range s.fields {
 			if merged.field(f.name) == nil {
 				merged.fields = append(merged.fields, f)
@@ -276,11 +292,14 @@ type avroWriter struct {
 	fullNames map[*cschema]string
 }
 
-// inferredAvro returns the Avro schema text of the optional struct s (or
-// the problem: a name Avro refuses, two structs named alike).
+// inferredAvro returns the Avro schema text of the payload's struct s (or
+// the problem: a name Avro refuses, two structs named alike). The struct
+// is optional, but the schema registered is the record itself, not the
+// union ["null", record]: Apicurio's serializer takes the schema of the
+// datum AvroData made, a record.
 func inferredAvro(s *cschema) (string, map[*cschema]string, *inferError) {
 	w := &avroWriter{records: map[string]string{}, byKey: map[string]string{}, fullNames: map[*cschema]string{}}
-	if ierr := w.optional(s, "", "$"); ierr != nil {
+	if ierr := w.record(s, "", "$"); ierr != nil {
 		return "", nil, ierr
 	}
 	return w.b.String(), w.fullNames, nil
@@ -299,7 +318,11 @@ func (w *avroWriter) schema(s *cschema, ns, path string) *inferError {
 	switch s.typ {
 	case cArray:
 		w.b.WriteString(`{"type":"array","items":`)
-		if ierr := w.optional(s.elem, ns, path+"[]"); ierr != nil {
+		items := w.optional
+		if s.elem.required {
+			items = w.schema
+		}
+		if ierr := items(s.elem, ns, path+"[]"); ierr != nil {
 			return ierr
 		}
 		w.b.WriteString("}")
@@ -441,6 +464,10 @@ func invalidAvroName(name string) string {
 // result is the value hamba/avro encodes for the optional schema s.
 func inferredValue(s *cschema, v *jvalue, path string, names map[*cschema]string) (any, *inferError) {
 	if v.kind == jNull {
+		if s.required {
+			return nil, &inferError{path, "null where the array's elements are objects of several shapes: Debezium merges them into a record that is not optional, " +
+				"and its expansion fails on the null (Connect's Struct validation); leave the null out or give the elements one shape"}
+		}
 		return nil, nil
 	}
 	mismatch := func() (any, *inferError) {
@@ -514,6 +541,9 @@ func inferredValue(s *cschema, v *jvalue, path string, names map[*cschema]string
 			}
 			return nil, &inferError{path + "." + m.name, "field " + strconv.Quote(m.name) + " is not in the record the array's elements share " +
 				"(another element of the array, with another shape inside, decided it): Debezium drops it silently, walbox refuses; give the array's elements one shape"}
+		}
+		if s.required {
+			return out, nil
 		}
 		return map[string]any{names[s]: out}, nil
 	}

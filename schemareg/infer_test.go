@@ -35,7 +35,7 @@ func TestInferredSchemas(t *testing.T) {
 		decoded string
 	}{
 		{"scalars", `{"s":"x","b":true,"i":7,"l":3000000000,"f":1.5,"e":1e2,"neg":-2147483648}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[` +
+			`{"type":"record","name":"payload","fields":[` +
 				`{"name":"s","type":[` + n + `"string"]` + d + `,` +
 				`{"name":"b","type":[` + n + `"boolean"]` + d + `,` +
 				`{"name":"i","type":[` + n + `"int"]` + d + `,` +
@@ -43,41 +43,46 @@ func TestInferredSchemas(t *testing.T) {
 				`{"name":"f","type":[` + n + `"double"]` + d + `,` +
 				`{"name":"e","type":[` + n + `"double"]` + d + `,` +
 				`{"name":"neg","type":[` + n + `"int"]` + d +
-				`],"connect.name":"payload"}]`,
+				`],"connect.name":"payload"}`,
 			`{"s":"x","b":true,"i":7,"l":3000000000,"f":1.5,"e":100,"neg":-2147483648}`},
 		{"null and empty array dropped", `{"a":null,"b":[],"c":1}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[{"name":"c","type":[` + n + `"int"]` + d + `],"connect.name":"payload"}]`,
+			`{"type":"record","name":"payload","fields":[{"name":"c","type":[` + n + `"int"]` + d + `],"connect.name":"payload"}`,
 			`{"c":1}`},
 		{"nested objects named by path", `{"customer":{"name":"Ada","address":{"zip":"1000"}}}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[{"name":"customer","type":[` + n +
+			`{"type":"record","name":"payload","fields":[{"name":"customer","type":[` + n +
 				`{"type":"record","name":"customer","namespace":"payload","fields":[` +
 				`{"name":"name","type":[` + n + `"string"]` + d + `,` +
 				`{"name":"address","type":[` + n + `{"type":"record","name":"address","namespace":"payload.customer","fields":[` +
 				`{"name":"zip","type":[` + n + `"string"]` + d + `],"connect.name":"payload.customer.address"}]` + d +
-				`],"connect.name":"payload.customer"}]` + d + `],"connect.name":"payload"}]`, ""},
+				`],"connect.name":"payload.customer"}]` + d + `],"connect.name":"payload"}`, ""},
 		{"empty object", `{"o":{}}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[{"name":"o","type":[` + n +
-				`{"type":"record","name":"o","namespace":"payload","fields":[],"connect.name":"payload.o"}]` + d + `],"connect.name":"payload"}]`, ""},
+			`{"type":"record","name":"payload","fields":[{"name":"o","type":[` + n +
+				`{"type":"record","name":"o","namespace":"payload","fields":[],"connect.name":"payload.o"}]` + d + `],"connect.name":"payload"}`, ""},
 		{"array of scalars, null elements kept", `{"tags":["a",null,"b"]}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[{"name":"tags","type":[` + n +
-				`{"type":"array","items":[` + n + `"string"]}]` + d + `],"connect.name":"payload"}]`, ""},
-		{"array of records merged in order", `{"lines":[{"sku":"a","qty":1},{"sku":"b","note":"x"},{"sku":"c","qty":2}]}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[{"name":"lines","type":[` + n +
+			`{"type":"record","name":"payload","fields":[{"name":"tags","type":[` + n +
+				`{"type":"array","items":[` + n + `"string"]}]` + d + `],"connect.name":"payload"}`, ""},
+		{"array of records of one shape: optional items", `{"lines":[{"sku":"a"},null,{"sku":"b"}]}`,
+			`{"type":"record","name":"payload","fields":[{"name":"lines","type":[` + n +
 				`{"type":"array","items":[` + n + `{"type":"record","name":"lines","namespace":"payload","fields":[` +
+				`{"name":"sku","type":[` + n + `"string"]` + d + `],"connect.name":"payload.lines"}]}]` + d + `],"connect.name":"payload"}`, ""},
+		// Two shapes: Debezium's merge builds a struct that is not optional.
+		{"array of records merged in order, required items", `{"lines":[{"sku":"a","qty":1},{"sku":"b","note":"x"},{"sku":"c","qty":2}]}`,
+			`{"type":"record","name":"payload","fields":[{"name":"lines","type":[` + n +
+				`{"type":"array","items":{"type":"record","name":"lines","namespace":"payload","fields":[` +
 				`{"name":"sku","type":[` + n + `"string"]` + d + `,` +
 				`{"name":"qty","type":[` + n + `"int"]` + d + `,` +
 				`{"name":"note","type":[` + n + `"string"]` + d +
-				`],"connect.name":"payload.lines"}]}]` + d + `],"connect.name":"payload"}]`,
+				`],"connect.name":"payload.lines"}}]` + d + `],"connect.name":"payload"}`,
 			`{"lines":[{"sku":"a","qty":1,"note":null},{"sku":"b","qty":null,"note":"x"},{"sku":"c","qty":2,"note":null}]}`},
 		{"array of arrays of records unnamed", `{"m":[[{"x":1}],[{"x":2}]],"k":[[{"x":3}]]}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[` +
+			`{"type":"record","name":"payload","fields":[` +
 				`{"name":"m","type":[` + n + `{"type":"array","items":[` + n + `{"type":"array","items":[` + n +
 				`{"type":"record","name":"ConnectDefault","namespace":"io.confluent.connect.avro","fields":[{"name":"x","type":[` + n + `"int"]` + d + `]}]}]}]` + d + `,` +
 				`{"name":"k","type":[` + n + `{"type":"array","items":[` + n + `{"type":"array","items":[` + n +
 				`"io.confluent.connect.avro.ConnectDefault"]}]}]` + d +
-				`],"connect.name":"payload"}]`, ""},
+				`],"connect.name":"payload"}`, ""},
 		{"repeated key keeps its place and last value", `{"a":1,"b":"x","a":2}`,
-			`[` + n + `{"type":"record","name":"payload","fields":[{"name":"a","type":[` + n + `"int"]` + d + `,{"name":"b","type":[` + n + `"string"]` + d + `],"connect.name":"payload"}]`,
+			`{"type":"record","name":"payload","fields":[{"name":"a","type":[` + n + `"int"]` + d + `,{"name":"b","type":[` + n + `"string"]` + d + `],"connect.name":"payload"}`,
 			`{"a":2,"b":"x"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,7 +186,6 @@ func TestInferredEncodingIsJavas(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []byte{
-		0x02,       // the record branch of ["null", record]
 		0x02,       // n: the array branch
 		0x04,       // a block of 2 items
 		0x02, 0x02, // [int] 1 (zig-zag 2)
@@ -211,6 +215,7 @@ func TestInferredRefused(t *testing.T) {
 		{"elements disagree on a field's type", `{"a":[{"x":1},{"x":"y"}]}`, "$.a[1].x", []string{"expected int32", `"y"`}},
 		{"elements disagree on int and long", `{"a":[{"x":1},{"x":3000000000}]}`, "$.a[1].x", []string{"expected int32"}},
 		{"nested shape Debezium would drop", `{"a":[{"o":{"x":1}},{"o":{"y":2}}]}`, "$.a[1].o.y", []string{"drops it silently"}},
+		{"null element among records of two shapes", `{"a":[{"x":1},{"y":2},null]}`, "$.a[2]", []string{"not optional"}},
 		{"top-level array", `[1]`, "$", []string{"JSON object"}},
 		{"leading space", ` {"a":1}`, "$", []string{"starting with '{'"}},
 		{"invalid field name", `{"first-name":"x"}`, "$.first-name", []string{"not a valid Avro name"}},
@@ -294,7 +299,7 @@ func TestInferredRecordNamedAfterColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `["null",{"type":"record","name":"body","fields":[{"name":"o","type":["null",{"type":"record","name":"o","namespace":"body","fields":[{"name":"a","type":["null","boolean"],"default":null}],"connect.name":"body.o"}],"default":null}],"connect.name":"body"}]`
+	want := `{"type":"record","name":"body","fields":[{"name":"o","type":["null",{"type":"record","name":"o","namespace":"body","fields":[{"name":"a","type":["null","boolean"],"default":null}],"connect.name":"body.o"}],"default":null}],"connect.name":"body"}`
 	if ss.Schema.Schema != want {
 		t.Errorf("schema\n%s\nwant\n%s", ss.Schema.Schema, want)
 	}

@@ -78,6 +78,8 @@ func (e *Encoder) encodeInferred(ctx context.Context, dst []byte, subject string
 	if ierr != nil {
 		return dst, &PayloadError{Subject: subject, ID: inf.id, Path: ierr.path, Problem: ierr.problem}
 	}
+	// The record itself, not the union branch: the schema is the record.
+	native = native.(map[string]any)[names[cs]]
 	body, err := inferredAvroConfig.Marshal(inf.schema, native)
 	if err != nil {
 		return dst, &PayloadError{Subject: subject, ID: inf.id, Path: "$", Problem: "the Avro encoder refused the value: " + err.Error()}
