@@ -44,6 +44,9 @@ var avroRows = []struct{ id, aggType, payload string }{
 	{"00000000-0000-4000-8000-00000000a003", "order", `{"big": 3000000000, "neg": -1, "edge": -2147483649, "lines": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}, null], "empty": [], "obj": {}, "x": 1e3, "y": 0.1, "w": 1e-7}`},
 	{"00000000-0000-4000-8000-00000000a004", "order", `{"grid": [[{"x": 1}], [{"x": 2}], null], "deep": {"a": {"b": {"c": [1, null, 3]}}}}`},
 	{"00000000-0000-4000-8000-00000000a005", "order", `{"lines": [{"sku": "a", "note": null}, {"sku": "b", "note": "x"}], "s": "Zoë \"Q\"\n\t\u0001 😀"}`},
+	// Unnamed records: two equal (the second a reference), another, one
+	// holding a record without a namespace inside theirs.
+	{"00000000-0000-4000-8000-00000000a006", "order", `{"m": [[{"x": 1}]], "k": [[{"x": 2}]], "p": [[{"y": "a"}]], "r": [[{"o": {"z": true}}]]}`},
 }
 
 // avroBadRow is a payload Debezium's expansion fails on: it logs the

@@ -288,8 +288,6 @@ type avroWriter struct {
 	byKey   map[string]string
 	// unnamed counts the records of unnamed structs.
 	unnamed int
-	// fullNames is each struct's record full name, for the values.
-	fullNames map[*cschema]string
 }
 
 // inferredAvro returns the Avro schema text of the payload's struct s (or
@@ -297,12 +295,12 @@ type avroWriter struct {
 // is optional, but the schema registered is the record itself, not the
 // union ["null", record]: Apicurio's serializer takes the schema of the
 // datum AvroData made, a record.
-func inferredAvro(s *cschema) (string, map[*cschema]string, *inferError) {
-	w := &avroWriter{records: map[string]string{}, byKey: map[string]string{}, fullNames: map[*cschema]string{}}
+func inferredAvro(s *cschema) (string, *inferError) {
+	w := &avroWriter{records: map[string]string{}, byKey: map[string]string{}}
 	if ierr := w.record(s, "", "$"); ierr != nil {
-		return "", nil, ierr
+		return "", ierr
 	}
-	return w.b.String(), w.fullNames, nil
+	return w.b.String(), nil
 }
 
 func (w *avroWriter) optional(s *cschema, ns, path string) *inferError {
@@ -356,13 +354,11 @@ func (w *avroWriter) record(s *cschema, ns, path string) *inferError {
 				return &inferError{path, "two objects of the payload get the record name " + strconv.Quote(full) +
 					" with different fields: Apicurio's converter would reuse the first record for the second"}
 			}
-			w.fullNames[s] = full
 			w.ref(full, space, name, ns)
 			return nil
 		}
 	}
 	if prev, ok := w.byKey[key]; ok {
-		w.fullNames[s] = prev
 		sp, nm := splitAvroName(prev)
 		w.ref(prev, sp, nm, ns)
 		return nil
@@ -387,7 +383,6 @@ func (w *avroWriter) record(s *cschema, ns, path string) *inferError {
 	}
 	w.records[full] = key
 	w.byKey[key] = full
-	w.fullNames[s] = full
 
 	w.b.WriteString(`{"type":"record","name":"` + name + `"`)
 	switch {
@@ -461,8 +456,16 @@ func invalidAvroName(name string) string {
 // or Debezium's expansion fails (Connect's Struct validation); a member the
 // schema lacks (an object element of an array whose fields another element
 // decided) must be null or an empty array, which Debezium drops too. The
-// result is the value hamba/avro encodes for the optional schema s.
-func inferredValue(s *cschema, v *jvalue, path string, names map[*cschema]string) (any, *inferError) {
+// result is the value hamba/avro encodes with as, the compiled Avro schema
+// of s at that place: the union ["null", T] for an optional s, the record
+// for a required one (and for the payload itself). Union branches are named
+// as hamba/avro names them (unionName), which for a record without a
+// namespace inside one with a namespace is not the name Java's Avro gives
+// it; the encoding does not depend on names.
+func inferredValue(s *cschema, as avro.Schema, v *jvalue, path string) (any, *inferError) {
+	if ref, ok := as.(*avro.RefSchema); ok {
+		as = ref.Schema()
+	}
 	if v.kind == jNull {
 		if s.required {
 			return nil, &inferError{path, "null where the array's elements are objects of several shapes: Debezium merges them into a record that is not optional, " +
@@ -470,22 +473,34 @@ func inferredValue(s *cschema, v *jvalue, path string, names map[*cschema]string
 		}
 		return nil, nil
 	}
+	branch := as
+	if u, ok := as.(*avro.UnionSchema); ok {
+		branch = u.Types()[1]
+		if ref, ok := branch.(*avro.RefSchema); ok {
+			branch = ref.Schema()
+		}
+	}
+	wrap := func(native any) any {
+		if branch == as {
+			return native
+		}
+		return map[string]any{unionName(branch): native}
+	}
 	mismatch := func() (any, *inferError) {
 		return nil, &inferError{path, "expected " + strings.ToLower(s.typ.String()) + " (the type the array's first element of this shape gave it), got " +
 			v.describe() + ": Debezium's expansion fails on it (the value does not fit the inferred schema); give the array's elements one shape"}
 	}
-	var native any
 	switch s.typ {
 	case cString:
 		if v.kind != jString {
 			return mismatch()
 		}
-		native = v.text
+		return wrap(v.text), nil
 	case cBool:
 		if v.kind != jBool {
 			return mismatch()
 		}
-		native = v.b
+		return wrap(v.b), nil
 	case cInt32, cInt64, cFloat64:
 		if v.kind != jNumber || numberType(v.text) != s.typ {
 			return mismatch()
@@ -493,43 +508,50 @@ func inferredValue(s *cschema, v *jvalue, path string, names map[*cschema]string
 		switch s.typ {
 		case cInt32:
 			n, _ := strconv.ParseInt(v.text, 10, 32)
-			native = int32(n)
+			return wrap(int32(n)), nil
 		case cInt64:
 			n, _ := strconv.ParseInt(v.text, 10, 64)
-			native = n
-		default:
-			// Out of range is ±Inf, as Java's Double.parseDouble gives it.
-			f, err := strconv.ParseFloat(v.text, 64)
-			if err != nil && !math.IsInf(f, 0) && f != 0 {
-				return mismatch()
-			}
-			native = f
+			return wrap(n), nil
 		}
+		// Out of range is ±Inf, as Java's Double.parseDouble gives it.
+		f, err := strconv.ParseFloat(v.text, 64)
+		if err != nil && !math.IsInf(f, 0) && f != 0 {
+			return mismatch()
+		}
+		return wrap(f), nil
 	case cArray:
 		if v.kind != jArray {
 			return mismatch()
 		}
+		arr, ok := branch.(*avro.ArraySchema)
+		if !ok {
+			return nil, &inferError{path, "the compiled schema has " + string(branch.Type()) + " where an array is"}
+		}
 		out := make([]any, len(v.elems))
 		for i, e := range v.elems {
-			nv, ierr := inferredValue(s.elem, e, path+"["+strconv.Itoa(i)+"]", names)
+			nv, ierr := inferredValue(s.elem, arr.Items(), e, path+"["+strconv.Itoa(i)+"]")
 			if ierr != nil {
 				return nil, ierr
 			}
 			out[i] = nv
 		}
-		native = out
+		return wrap(out), nil
 	case cStruct:
 		if v.kind != jObject {
 			return mismatch()
 		}
+		rec, ok := branch.(*avro.RecordSchema)
+		if !ok || len(rec.Fields()) != len(s.fields) {
+			return nil, &inferError{path, "the compiled schema has " + string(branch.Type()) + " where the record is"}
+		}
 		out := make(map[string]any, len(s.fields))
-		for _, f := range s.fields {
+		for i, f := range s.fields {
 			fv := v.member(f.name)
 			if fv == nil {
 				out[f.name] = nil
 				continue
 			}
-			nv, ierr := inferredValue(f.schema, fv, path+"."+f.name, names)
+			nv, ierr := inferredValue(f.schema, rec.Fields()[i].Type(), fv, path+"."+f.name)
 			if ierr != nil {
 				return nil, ierr
 			}
@@ -542,12 +564,9 @@ func inferredValue(s *cschema, v *jvalue, path string, names map[*cschema]string
 			return nil, &inferError{path + "." + m.name, "field " + strconv.Quote(m.name) + " is not in the record the array's elements share " +
 				"(another element of the array, with another shape inside, decided it): Debezium drops it silently, walbox refuses; give the array's elements one shape"}
 		}
-		if s.required {
-			return out, nil
-		}
-		return map[string]any{names[s]: out}, nil
+		return wrap(out), nil
 	}
-	return map[string]any{s.typ.avroName(): native}, nil
+	return nil, &inferError{path, "unknown schema type"}
 }
 
 // inferredAvroConfig encodes arrays as Java's Avro does: one block with the

@@ -81,6 +81,13 @@ func TestInferredSchemas(t *testing.T) {
 				`{"name":"k","type":[` + n + `{"type":"array","items":[` + n + `{"type":"array","items":[` + n +
 				`"io.confluent.connect.avro.ConnectDefault"]}]}]` + d +
 				`],"connect.name":"payload"}`, ""},
+		// A record without a path inside an unnamed one: namespace "",
+		// which hamba/avro reads as the enclosing one.
+		{"record inside an unnamed record", `{"r":[[{"o":{"z":true}}]]}`,
+			`{"type":"record","name":"payload","fields":[{"name":"r","type":[` + n + `{"type":"array","items":[` + n + `{"type":"array","items":[` + n +
+				`{"type":"record","name":"ConnectDefault","namespace":"io.confluent.connect.avro","fields":[{"name":"o","type":[` + n +
+				`{"type":"record","name":"o","namespace":"","fields":[{"name":"z","type":[` + n + `"boolean"]` + d + `],"connect.name":"o"}]` + d +
+				`]}]}]}]` + d + `],"connect.name":"payload"}`, ""},
 		{"repeated key keeps its place and last value", `{"a":1,"b":"x","a":2}`,
 			`{"type":"record","name":"payload","fields":[{"name":"a","type":[` + n + `"int"]` + d + `,{"name":"b","type":[` + n + `"string"]` + d + `],"connect.name":"payload"}`,
 			`{"a":2,"b":"x"}`},
@@ -140,7 +147,7 @@ func unwrapUnions(v any) any {
 	case map[string]any:
 		if len(v) == 1 {
 			for k, inner := range v {
-				if k == "array" || strings.HasPrefix(k, "payload") || strings.HasPrefix(k, "body") || strings.Contains(k, "ConnectDefault") {
+				if k == "array" || strings.HasPrefix(k, "payload") || strings.HasPrefix(k, "body") || strings.Contains(k, "ConnectDefault") || strings.HasSuffix(k, ".o") {
 					return unwrapUnions(inner)
 				}
 			}

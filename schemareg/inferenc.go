@@ -61,7 +61,7 @@ func (e *Encoder) encodeInferred(ctx context.Context, dst []byte, subject string
 	if ierr != nil {
 		return dst, bad(ierr.path, ierr.problem)
 	}
-	text, names, ierr := inferredAvro(cs)
+	text, ierr := inferredAvro(cs)
 	if ierr != nil {
 		return dst, bad(ierr.path, ierr.problem)
 	}
@@ -74,12 +74,10 @@ func (e *Encoder) encodeInferred(ctx context.Context, dst []byte, subject string
 		}
 		e.inferredCache.Add(key, inf)
 	}
-	native, ierr := inferredValue(cs, tree, "$", names)
+	native, ierr := inferredValue(cs, inf.schema, tree, "$")
 	if ierr != nil {
 		return dst, &PayloadError{Subject: subject, ID: inf.id, Path: ierr.path, Problem: ierr.problem}
 	}
-	// The record itself, not the union branch: the schema is the record.
-	native = native.(map[string]any)[names[cs]]
 	body, err := inferredAvroConfig.Marshal(inf.schema, native)
 	if err != nil {
 		return dst, &PayloadError{Subject: subject, ID: inf.id, Path: "$", Problem: "the Avro encoder refused the value: " + err.Error()}
