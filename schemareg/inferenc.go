@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -112,16 +113,20 @@ func (e *Encoder) register(ctx context.Context, subject, text string) (*inferred
 	return &inferred{id: id, schema: schema, header: AppendHeader(nil, uint32(id), nil)}, nil
 }
 
-// compatibility names the subject's compatibility level for a message, ""
-// when the registry does not say.
+// compatibility names the compatibility levels for a message, the
+// subject's and the registry's (Apicurio answers NONE for a subject without
+// a level of its own, whose global level then applies); "" when the
+// registry says neither.
 func (e *Encoder) compatibility(ctx context.Context, subject string) string {
-	res := e.cl.cl.Compatibility(ctx, subject)
-	if len(res) == 1 && res[0].Err == nil {
-		return " (compatibility level " + res[0].Level.String() + ")"
+	var parts []string
+	if res := e.cl.cl.Compatibility(ctx, subject); len(res) == 1 && res[0].Err == nil {
+		parts = append(parts, "the subject's compatibility level "+res[0].Level.String())
 	}
-	res = e.cl.cl.Compatibility(ctx)
-	if len(res) == 1 && res[0].Err == nil {
-		return " (the registry's compatibility level " + res[0].Level.String() + ")"
+	if res := e.cl.cl.Compatibility(ctx); len(res) == 1 && res[0].Err == nil {
+		parts = append(parts, "the registry's "+res[0].Level.String())
 	}
-	return ""
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
