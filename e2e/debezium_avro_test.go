@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,10 +50,22 @@ var avroRows = []struct{ id, aggType, payload string }{
 	{"00000000-0000-4000-8000-00000000a006", "order", `{"m": [[{"x": 1}]], "k": [[{"x": 2}]], "p": [[{"y": "a"}]], "r": [[{"o": {"z": true}}]]}`},
 }
 
-// avroBadRow is a payload Debezium's expansion fails on: it logs the
+// avroJSONRows are json (not jsonb) payloads, kept as written: repeated
+// keys (the last value, in the first place), escapes, number forms and the
+// int32 and int64 bounds.
+var avroJSONRows = []struct{ id, aggType, payload string }{
+	{"00000000-0000-4000-8000-00000000c001", "json", `{ "b" : 1, "a": [ 1 , 2 ], "b": "again", "e": "\ud83d\ude00 😀 \u00e9" }`},
+	{"00000000-0000-4000-8000-00000000c002", "json", `{"n": 1.0, "m": -0, "k": 1E+2, "big": 9223372036854775807, "small": -9223372036854775808, ` +
+		`"i": 2147483647, "j": 2147483648, "neg": -2147483648, "negl": -2147483649, "f": 1.7976931348623157e308, "tiny": 5e-324}`},
+}
+
+// avroBadRows are payloads Debezium's expansion fails on: it logs the
 // failure and sends the payload as an Avro string (under a string schema of
-// its own subject); walbox dead-letters it naming the reason.
-var avroBadRow = struct{ id, aggType, payload string }{"00000000-0000-4000-8000-00000000a0ff", "bad", `{"mixed": [1, "x"]}`}
+// its own subject); walbox dead-letters them naming the reason.
+var avroBadRows = []struct{ id, table, payload, reason string }{
+	{"00000000-0000-4000-8000-00000000a0ff", "public.ob_avro", `{"mixed": [1, "x"]}`, "Field is not a homogenous array"},
+	{"00000000-0000-4000-8000-00000000c0ff", "public.ob_avrojson", ` {"leading": "space"}`, "starting with '{'"},
+}
 
 // TestDebeziumInferredAvroMatches runs real Debezium 3.6.1 (Connect
 // standalone, the Postgres connector, the Outbox EventRouter with
@@ -82,12 +95,16 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	for _, table := range []string{"public.ob_avro", "public.ob_avroreg"} {
-		if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" ("+canonicalColumns+")"); err != nil {
+	for _, table := range []string{"public.ob_avro", "public.ob_avroreg", "public.ob_avrojson"} {
+		columns := canonicalColumns
+		if table == "public.ob_avrojson" {
+			columns = strings.Replace(columns, "payload jsonb", "payload json", 1)
+		}
+		if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" ("+columns+")"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	topics := []string{"dbz.avro.order", "wb.avro.order", "dbz.avro.bad", "wb.avro.dlq", "wbreg.order"}
+	topics := []string{"dbz.avro.order", "wb.avro.order", "dbz.avro.json", "wb.avro.json", "dbz.avro.bad", "wb.avro.dlq", "wbreg.order"}
 	adm, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +123,7 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 	debeziumtest.StartT(t, debeziumtest.Options{
 		Name: "dbz-avro", Bootstrap: broker.Addr(), PG: pg, Pom: pom,
 		Connector: map[string]string{
-			"table.include.list": "public.ob_avro",
+			"table.include.list": "public.ob_avro,public.ob_avrojson",
 			"slot.name":          "dbz_avro",
 			"publication.name":   "dbz_avro",
 			"topic.prefix":       dbzLogicalName,
@@ -142,7 +159,7 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 		waitSlotActive(ctx, t, conn, slot, p)
 		return p
 	}
-	walbox("public.ob_avro", "wb_avro", "wb.avro.{aggregate_type}",
+	walbox("public.ob_avro,public.ob_avrojson", "wb_avro", "wb.avro.{aggregate_type}",
 		"WALBOX_VALUE_SCHEMA_SOURCE=inferred", "WALBOX_INVALID_ROWS=dead-letter", "WALBOX_DEAD_LETTER_TOPIC=wb.avro.dlq")
 
 	// The registered-contract mode, for the Java consumer: a schema
@@ -166,7 +183,11 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 
 	insert := func(table, id, aggType, payload string) {
 		t.Helper()
-		if _, err := conn.Exec(ctx, "INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Created', $4::jsonb)",
+		cast := "jsonb"
+		if table == "public.ob_avrojson" {
+			cast = "json"
+		}
+		if _, err := conn.Exec(ctx, "INSERT INTO "+table+" (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, 'Created', $4::"+cast+")",
 			id, aggType, aggType+"-1", payload); err != nil {
 			t.Fatal(err)
 		}
@@ -174,12 +195,17 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 	for _, r := range avroRows {
 		insert("public.ob_avro", r.id, r.aggType, r.payload)
 	}
-	insert("public.ob_avro", avroBadRow.id, avroBadRow.aggType, avroBadRow.payload)
+	for _, r := range avroJSONRows {
+		insert("public.ob_avrojson", r.id, r.aggType, r.payload)
+	}
+	for _, r := range avroBadRows {
+		insert(r.table, r.id, "bad", r.payload)
+	}
 	for i, p := range regRows {
 		insert("public.ob_avroreg", fmt.Sprintf("00000000-0000-4000-8000-00000000b%03d", i), "order", p)
 	}
 
-	got := consumeAll(ctx, t, broker.Addrs(), topics, 2*len(avroRows)+2+len(regRows))
+	got := consumeAll(ctx, t, broker.Addrs(), topics, 2*(len(avroRows)+len(avroJSONRows)+len(avroBadRows))+len(regRows))
 	byTopic := map[string]map[string]*kgo.Record{}
 	for _, r := range got {
 		id := dbzHeader(r, "id")
@@ -194,8 +220,8 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 
 	// The records: the same bytes after the schema id, the same keys.
 	idsEqual := 0
-	for _, row := range avroRows {
-		d, w := byTopic["dbz.avro.order"][row.id], byTopic["wb.avro.order"][row.id]
+	for _, row := range append(slices.Clip(avroRows), avroJSONRows...) {
+		d, w := byTopic["dbz.avro."+row.aggType][row.id], byTopic["wb.avro."+row.aggType][row.id]
 		if d == nil || w == nil {
 			t.Errorf("row %s: Debezium record %v, walbox record %v", row.id, d != nil, w != nil)
 			continue
@@ -225,35 +251,39 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 			idsEqual++
 		}
 	}
-	t.Logf("%d rows compared; the schema ids were equal in %d (the registry stores one content for both)", len(avroRows), idsEqual)
+	t.Logf("%d rows compared; the schema ids were equal in %d (the registry stores one content for both)", len(avroRows)+len(avroJSONRows), idsEqual)
 
 	// Each side registered one version per distinct shape, the same ones.
-	dv, err1 := admin.Schemas(ctx, "dbz.avro.order-value")
-	wv, err2 := admin.Schemas(ctx, "wb.avro.order-value")
-	if err1 != nil || err2 != nil {
-		t.Fatalf("subject versions: %v, %v", err1, err2)
-	}
-	if len(dv) != len(wv) || len(wv) != len(avroRows)-1 {
-		t.Errorf("versions: Debezium %d, walbox %d, want %d (one per distinct shape)", len(dv), len(wv), len(avroRows)-1)
-	}
-	for i := range min(len(dv), len(wv)) {
-		if dv[i].Schema.Schema != wv[i].Schema.Schema {
-			t.Errorf("version %d differs:\n  Debezium %s\n  walbox   %s", i+1, dv[i].Schema.Schema, wv[i].Schema.Schema)
+	for subject, want := range map[string]int{"order": len(avroRows) - 1, "json": len(avroJSONRows)} {
+		dv, err1 := admin.Schemas(ctx, "dbz.avro."+subject+"-value")
+		wv, err2 := admin.Schemas(ctx, "wb.avro."+subject+"-value")
+		if err1 != nil || err2 != nil {
+			t.Fatalf("subject versions: %v, %v", err1, err2)
+		}
+		if len(dv) != len(wv) || len(wv) != want {
+			t.Errorf("%s: versions: Debezium %d, walbox %d, want %d (one per distinct shape)", subject, len(dv), len(wv), want)
+		}
+		for i := range min(len(dv), len(wv)) {
+			if dv[i].Schema.Schema != wv[i].Schema.Schema {
+				t.Errorf("%s: version %d differs:\n  Debezium %s\n  walbox   %s", subject, i+1, dv[i].Schema.Schema, wv[i].Schema.Schema)
+			}
 		}
 	}
 
 	// Where Debezium's expansion fails it sends the payload as a string;
 	// walbox dead-letters the row with the reason.
-	if d := byTopic["dbz.avro.bad"][avroBadRow.id]; d == nil {
-		t.Errorf("Debezium sent no record for the mixed array")
-	} else if s, err := admin.SchemaByID(ctx, int(must(schemareg.ParseHeader(d.Value)))); err == nil {
-		t.Logf("Debezium sent the mixed array row with the schema %s", s.Schema)
-	}
-	dl := byTopic["wb.avro.dlq"][avroBadRow.id]
-	if dl == nil {
-		t.Errorf("walbox dead-lettered nothing for the mixed array")
-	} else if reason := dbzHeader(dl, router.HeaderError); !strings.Contains(reason, "Field is not a homogenous array") || !strings.Contains(reason, "$.mixed[1]") {
-		t.Errorf("dead-letter reason %q, want Debezium's homogeneity failure at $.mixed[1]", reason)
+	for _, bad := range avroBadRows {
+		if d := byTopic["dbz.avro.bad"][bad.id]; d == nil {
+			t.Errorf("Debezium sent no record for %s", bad.payload)
+		} else if s, err := admin.SchemaByID(ctx, int(must(schemareg.ParseHeader(d.Value)))); err == nil {
+			t.Logf("Debezium sent %s with the schema %s", bad.payload, s.Schema)
+		}
+		dl := byTopic["wb.avro.dlq"][bad.id]
+		if dl == nil {
+			t.Errorf("walbox dead-lettered nothing for %s", bad.payload)
+		} else if reason := dbzHeader(dl, router.HeaderError); !strings.Contains(reason, bad.reason) {
+			t.Errorf("dead-letter reason %q, want %q", reason, bad.reason)
+		}
 	}
 
 	// The Java consumer: Apicurio's converter decodes walbox's records,
