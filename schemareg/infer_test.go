@@ -312,3 +312,45 @@ func TestInferredRecordNamedAfterColumn(t *testing.T) {
 	}
 	_ = sr.TypeAvro
 }
+
+// FuzzInferred: any payload is either refused with a path or encoded, and
+// what is encoded decodes with the inferred schema; nothing panics.
+func FuzzInferred(f *testing.F) {
+	for _, doc := range jsonTreeSeeds {
+		f.Add([]byte(doc))
+	}
+	f.Add([]byte(`{"a":[{"x":1},{"y":[1,2]},{"x":2,"z":{"w":null}}],"b":[[{"c":1}],[{"c":2}]],"d":{"e":{}}}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if len(doc) == 0 || doc[0] != '{' {
+			return
+		}
+		tree, err := parseJSONTree(doc)
+		if err != nil {
+			return
+		}
+		cs, ierr := inferSchema("payload", true, tree, "$")
+		if ierr != nil {
+			return
+		}
+		text, ierr := inferredAvro(cs)
+		if ierr != nil {
+			return
+		}
+		schema, err := avro.ParseWithCache(text, "", &avro.SchemaCache{})
+		if err != nil {
+			t.Fatalf("%q: the inferred schema does not compile: %v\n%s", doc, err, text)
+		}
+		native, ierr := inferredValue(cs, schema, tree, "$")
+		if ierr != nil {
+			return
+		}
+		body, err := inferredAvroConfig.Marshal(schema, native)
+		if err != nil {
+			t.Fatalf("%q: encode: %v", doc, err)
+		}
+		var v any
+		if err := avro.Unmarshal(schema, body, &v); err != nil {
+			t.Fatalf("%q: decode: %v", doc, err)
+		}
+	})
+}

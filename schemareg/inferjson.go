@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The JSON tree the inferred mode reads a payload into: objects keep their
@@ -55,79 +55,153 @@ func (v *jvalue) member(name string) *jvalue {
 // StreamReadConstraints allow 1000 levels).
 const maxJSONDepth = 1000
 
-// parseJSONTree reads doc, one JSON value.
+// parseJSONTree reads doc, one JSON value. The document is checked with
+// json.Valid first, then read by a scanner that only needs to find the
+// tokens of valid JSON; a string with an escape or invalid UTF-8 is
+// decoded by encoding/json (invalid UTF-8 becomes U+FFFD, as it does
+// there). The tests compare it with encoding/json's token reader.
 func parseJSONTree(doc []byte) (*jvalue, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	v, err := readJSONValue(dec, 0)
-	if err != nil {
+	if !json.Valid(doc) {
+		// encoding/json says what is wrong.
+		var v any
+		err := json.Unmarshal(doc, &v)
+		if err == nil {
+			err = errors.New("invalid JSON")
+		}
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("more than one value")
-	}
-	return v, nil
+	p := &jsonScanner{b: doc}
+	return p.value(0)
 }
 
-func readJSONValue(dec *json.Decoder, depth int) (*jvalue, error) {
+// jsonScanner reads a valid JSON document.
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+func (p *jsonScanner) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonScanner) value(depth int) (*jvalue, error) {
 	if depth > maxJSONDepth {
 		return nil, errors.New("nested deeper than " + strconv.Itoa(maxJSONDepth) + " levels")
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case nil:
-		return &jvalue{kind: jNull}, nil
-	case bool:
-		return &jvalue{kind: jBool, b: t}, nil
-	case json.Number:
-		return &jvalue{kind: jNumber, text: string(t)}, nil
-	case string:
-		return &jvalue{kind: jString, text: t}, nil
-	case json.Delim:
-		switch t {
-		case '[':
-			v := &jvalue{kind: jArray}
-			for dec.More() {
-				e, err := readJSONValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				v.elems = append(v.elems, e)
-			}
-			_, err := dec.Token()
-			return v, err
-		case '{':
-			v := &jvalue{kind: jObject}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				name, _ := kt.(string)
-				e, err := readJSONValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				replaced := false
-				for i := range v.members {
-					if v.members[i].name == name {
-						v.members[i].value = e
-						replaced = true
-						break
-					}
-				}
-				if !replaced {
-					v.members = append(v.members, jmember{name: name, value: e})
-				}
-			}
-			_, err := dec.Token()
-			return v, err
+	p.ws()
+	switch c := p.b[p.i]; c {
+	case '{':
+		p.i++
+		v := &jvalue{kind: jObject}
+		p.ws()
+		if p.b[p.i] == '}' {
+			p.i++
+			return v, nil
 		}
+		for {
+			p.ws()
+			name, err := p.str()
+			if err != nil {
+				return nil, err
+			}
+			p.ws()
+			p.i++ // ':'
+			e, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			replaced := false
+			for i := range v.members {
+				if v.members[i].name == name {
+					v.members[i].value = e
+					replaced = true
+					break
+				}
+			}
+			if !replaced {
+				v.members = append(v.members, jmember{name: name, value: e})
+			}
+			p.ws()
+			if p.b[p.i] == '}' {
+				p.i++
+				return v, nil
+			}
+			p.i++ // ','
+		}
+	case '[':
+		p.i++
+		v := &jvalue{kind: jArray}
+		p.ws()
+		if p.b[p.i] == ']' {
+			p.i++
+			return v, nil
+		}
+		for {
+			e, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			v.elems = append(v.elems, e)
+			p.ws()
+			if p.b[p.i] == ']' {
+				p.i++
+				return v, nil
+			}
+			p.i++ // ','
+		}
+	case '"':
+		s, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return &jvalue{kind: jString, text: s}, nil
+	case 't':
+		p.i += 4
+		return &jvalue{kind: jBool, b: true}, nil
+	case 'f':
+		p.i += 5
+		return &jvalue{kind: jBool}, nil
+	case 'n':
+		p.i += 4
+		return &jvalue{kind: jNull}, nil
+	default:
+		start := p.i
+		for p.i < len(p.b) && strings.IndexByte("+-0123456789.eE", p.b[p.i]) >= 0 {
+			p.i++
+		}
+		return &jvalue{kind: jNumber, text: string(p.b[start:p.i])}, nil
 	}
-	return nil, errors.New("unexpected token")
+}
+
+// str reads the string at p.i.
+func (p *jsonScanner) str() (string, error) {
+	start := p.i
+	p.i++
+	plain := true
+	for p.b[p.i] != '"' {
+		if p.b[p.i] == '\\' {
+			plain = false
+			p.i++
+		} else if p.b[p.i] >= utf8.RuneSelf {
+			plain = false
+		}
+		p.i++
+	}
+	p.i++
+	raw := p.b[start:p.i]
+	if plain || (utf8.Valid(raw) && bytes.IndexByte(raw, '\\') < 0) {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
 }
 
 // describe renders v shortly for messages, as Jackson's asText does for
