@@ -270,7 +270,7 @@ func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, er
 		}, []string{"result"}),
 		misses: f.NewCounter(prometheus.CounterOpts{
 			Name:        "walbox_schema_cache_misses_total",
-			Help:        "Records whose subject's schema was not in the cache and was read from the registry.",
+			Help:        "Records whose subject's schema was not in the cache and was read from the registry (in the inferred mode: whose inferred schema was not cached and was registered).",
 			ConstLabels: role,
 		}),
 	}
