@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -321,6 +322,26 @@ func TestDebeziumInferredAvroMatches(t *testing.T) {
 		}
 	}
 	t.Logf("test duration %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestApicurioPomRecordsDebeziumPom: e2e/debezium/apicurio/pom.xml
+// inherits e2e/debezium/pom.xml's jars, but its cached classpath is keyed by
+// its own hash; it records the parent's hash, so that a change of the
+// parent (another Debezium or Kafka version) changes the child too.
+func TestApicurioPomRecordsDebeziumPom(t *testing.T) {
+	parent, err := os.ReadFile(filepath.Join("debezium", "pom.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := os.ReadFile(apicurioPom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(parent)
+	want := "parent-sha256: " + hex.EncodeToString(sum[:])
+	if !bytes.Contains(child, []byte(want)) {
+		t.Errorf("%s does not record e2e/debezium/pom.xml's hash; update its line to %q", apicurioPom, want)
+	}
 }
 
 func must[T any](v T, _ []byte, err error) T {
