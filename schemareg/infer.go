@@ -20,7 +20,9 @@ import (
 //
 // Connect schema (JsonSchemaData.toConnectSchema, key the payload column's
 // name for the payload itself):
-//   - every schema is optional;
+//   - every schema is optional, except the struct an array's object
+//     elements of two or more shapes merge into (Connect's
+//     SchemaUtil.copySchemaBasics does not copy optional);
 //   - a string is a string, a boolean a boolean;
 //   - an integer that fits 32 bits is an int32, one that fits 64 bits an
 //     int64; a number with a fraction or an exponent is a float64 (an
@@ -32,7 +34,8 @@ import (
 //     skipped), numbers of one number type, or Debezium fails with "Field is
 //     not a homogenous array"; an array of objects has one struct, named
 //     after the array's path, holding the fields of every element's struct
-//     (the first element's type winning for a field); an array of anything
+//     (the first element's type winning for a field; Debezium merges the
+//     shapes in a HashSet's order, walbox in the order met); an array of anything
 //     else takes the first non-null element's schema, with no name.
 //
 // Avro (AvroData.fromConnectSchema, connect.meta.data on):
