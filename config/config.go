@@ -248,7 +248,7 @@ func Defaults() Config {
 		InvalidRows: InvalidRowsFail,
 		ValueFormat: ValueFormatJSON,
 		KeyFormat:   KeyFormatText,
-		ValueSchema: ValueSchema{Strategy: string(schemareg.TopicName), CacheSize: schemareg.DefaultCacheSize},
+		ValueSchema: ValueSchema{Strategy: string(schemareg.TopicName), CacheSize: schemareg.DefaultCacheSize, Source: string(schemareg.Registered)},
 		SchemaRegistry: schemareg.ClientConfig{
 			RequestTimeout: schemareg.DefaultRequestTimeout,
 			RetryBudget:    schemareg.DefaultRetryBudget,

@@ -505,6 +505,14 @@ var options = []*option{
 		check: func(c *Config) error { return checkPositive(c.SchemaRegistry.RetryBudget) },
 	},
 	{
+		flag: "value-schema-source", env: "WALBOX_VALUE_SCHEMA_SOURCE", yaml: "value_schema_source", group: groupSchemaRegistry,
+		help: "Where the value's schema comes from: registered reads it from the registry (the subject's latest, or the pinned version or id); " +
+			"inferred derives an Avro schema from each JSON payload by Debezium's rules (table.expand.json.payload=true with Apicurio's AvroConverter), " +
+			"registers it under <topic>-value and encodes with it (--value-format avro only)",
+		value: enumValue("SOURCE", func(c *Config) *string { return &c.ValueSchema.Source }, schemareg.Sources...),
+		check: checkSchemaSource,
+	},
+	{
 		flag: "value-subject-strategy", env: "WALBOX_VALUE_SUBJECT_STRATEGY", yaml: "value_subject_strategy", group: groupSchemaRegistry,
 		help: "Subject the value's schema is registered under: topic is <topic>-value (Confluent's TopicNameStrategy), record is --value-record-name (RecordNameStrategy), " +
 			"topic-record is <topic>-<record name> (TopicRecordNameStrategy)",

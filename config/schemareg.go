@@ -35,6 +35,8 @@ type ValueSchema struct {
 	// CacheSize bounds the subjects kept compiled. Default
 	// schemareg.DefaultCacheSize.
 	CacheSize int
+	// Source is "registered" (default) or "inferred".
+	Source string
 }
 
 // KeyFormatText is the default key format: the aggregate id's text.
@@ -66,7 +68,7 @@ func (c Config) KeyEncoderConfig() schemareg.Config {
 // ValueFormat; call it on a validated Config that UsesSchemaRegistry.
 func (c Config) ValueEncoderConfig() schemareg.Config {
 	v := c.ValueSchema
-	return schemareg.Config{
+	out := schemareg.Config{
 		Format:          schemareg.Format(c.ValueFormat),
 		Strategy:        schemareg.SubjectStrategy(v.Strategy),
 		RecordName:      v.RecordName,
@@ -75,6 +77,11 @@ func (c Config) ValueEncoderConfig() schemareg.Config {
 		ProtobufMessage: v.ProtobufMessage,
 		CacheSize:       v.CacheSize,
 	}
+	if v.Source == string(schemareg.Inferred) {
+		out.Source = schemareg.Inferred
+		out.PayloadColumn = c.Columns.Payload
+	}
+	return out
 }
 
 func checkValueFormat(c *Config) error {
@@ -261,6 +268,23 @@ func checkSchemaID(c *Config) error {
 	}
 	if s.ID < 0 {
 		return badf("expected a schema id of 1 or more, or 0 to look the subject up")
+	}
+	return nil
+}
+
+func checkSchemaSource(c *Config) error {
+	if err := checkEnum(c.ValueSchema.Source, schemareg.Sources...); err != nil {
+		return err
+	}
+	if c.ValueSchema.Source != string(schemareg.Inferred) {
+		return nil
+	}
+	if c.ValueFormat != string(schemareg.FormatAvro) {
+		return badf("inferred schemas are Avro; set --value-format avro, or --value-schema-source registered")
+	}
+	if v := c.ValueSchema; v.Strategy != string(schemareg.TopicName) || v.RecordName != "" || v.Version != 0 || v.ID != 0 {
+		return badf("an inferred schema is registered under <topic>-value and encodes the record it was inferred from; " +
+			"remove --value-subject-strategy, --value-record-name, --value-schema-version and --value-schema-id")
 	}
 	return nil
 }

@@ -73,6 +73,13 @@ func TestValueFormatOptions(t *testing.T) {
 			want: `--value-protobuf-message (WALBOX_VALUE_PROTOBUF_MESSAGE): set, but --value-format is "avro"`},
 		{name: "with Debezium mode", args: append(reg, "--debezium-config", pass),
 			want: "not supported with --debezium-config yet"},
+		{name: "inferred", args: append(reg, "--value-schema-source", "inferred")},
+		{name: "inferred with protobuf", args: []string{"--value-format", "protobuf", "--schema-registry-url", "http://r", "--value-schema-source", "inferred"},
+			want: "--value-schema-source (WALBOX_VALUE_SCHEMA_SOURCE): inferred schemas are Avro"},
+		{name: "inferred with a version", args: append(reg, "--value-schema-source", "inferred", "--value-schema-version", "2"),
+			want: "--value-schema-source (WALBOX_VALUE_SCHEMA_SOURCE): an inferred schema is registered under <topic>-value"},
+		{name: "unknown source", args: append(reg, "--value-schema-source", "guessed"),
+			want: "--value-schema-source (WALBOX_VALUE_SCHEMA_SOURCE): expected one of registered, inferred"},
 		{name: "cache size zero", args: append(reg, "--schema-cache-size", "0"),
 			want: "--schema-cache-size (WALBOX_SCHEMA_CACHE_SIZE)"},
 	}
@@ -164,5 +171,21 @@ func TestRegistrySecretsNeverShown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInferredEncoderConfig: the inferred source names its records after
+// the payload column, as Debezium names them after table.field.event.payload.
+func TestInferredEncoderConfig(t *testing.T) {
+	c, err := load(t, []string{"--value-format", "avro", "--schema-registry-url", "http://a",
+		"--value-schema-source", "inferred", "--column-payload", "body"}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.ValueEncoderConfig()
+	want := schemareg.Config{Format: schemareg.FormatAvro, Strategy: schemareg.TopicName, CacheSize: schemareg.DefaultCacheSize,
+		Source: schemareg.Inferred, PayloadColumn: "body"}
+	if got != want {
+		t.Errorf("ValueEncoderConfig = %+v, want %+v", got, want)
 	}
 }

@@ -94,7 +94,7 @@ func TestEveryFieldHasAnOption(t *testing.T) {
 		"LEVEL": "debug", "FORMAT": "text", "BOOL": "true",
 		"SQL": "sent_at IS NULL", "COLUMNS": "created_at,id",
 		"FILE": "/other", "SECRET": "other", "MECHANISM": "PLAIN", "ORIGIN": "none", "DIR": "/other",
-		"STRATEGY": "record",
+		"STRATEGY": "record", "SOURCE": "inferred",
 	}
 	changed := map[string]string{} // field -> flag
 	base := Defaults()

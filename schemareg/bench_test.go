@@ -58,6 +58,24 @@ func BenchmarkEncode(b *testing.B) {
 			}
 		})
 	}
+	b.Run("avro inferred", func(b *testing.B) {
+		cl, err := NewClient(ClientConfig{URLs: []string{f.URL()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := NewEncoder(Config{Format: FormatAvro, Source: Inferred}, cl, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		doc := []byte(benchDoc)
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			if buf, err = e.Encode(context.Background(), buf[:0], "inferred", doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("json.Valid (the JSON path's check)", func(b *testing.B) {
 		doc := []byte(benchDoc)
 		for b.Loop() {

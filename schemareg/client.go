@@ -219,6 +219,23 @@ func (c *Client) SchemaByID(ctx context.Context, subject string, id int) (sr.Sub
 	return sr.SubjectSchema{Subject: subject, ID: id, Schema: out}, err
 }
 
+// Register registers schema under subject, or finds it registered there,
+// and returns its id (one request: POST /subjects/{subject}/versions).
+func (c *Client) Register(ctx context.Context, subject string, schema sr.Schema) (int, error) {
+	var id int
+	err := c.retry(ctx, func(ctx context.Context) (err error) {
+		id, err = c.cl.RegisterSchema(ctx, subject, schema, -1, -1)
+		return err
+	}, func(err error) *RegistryError {
+		re := c.classify(err, "register the inferred schema", subject, 0, 0)
+		if re.Status == http.StatusUnprocessableEntity {
+			re.Fix = "the registry refuses the inferred schema as invalid; see its message"
+		}
+		return re
+	})
+	return id, err
+}
+
 // Backoff bounds between retries.
 const (
 	minBackoff = 100 * time.Millisecond

@@ -12,6 +12,15 @@
 // path and what is wrong (a string where a long is, a missing required field,
 // an unknown enum symbol, an int out of range). Nothing is coerced.
 //
+// In the inferred mode (Config.Source Inferred, Avro values only) the schema
+// is derived from each payload instead, by the rules of Debezium's outbox
+// EventRouter with table.expand.json.payload=true and Apicurio's
+// AvroConverter (infer.go states them), registered under "<topic>-value"
+// once per distinct schema while it is cached, and the record encoded as
+// Java's Avro writes it: the e2e comparison with real Debezium finds the
+// bodies and the schema texts equal byte for byte. A payload Debezium's
+// expansion fails on is a *PayloadError naming the path and why.
+//
 // The registry is asked once per subject: the resolved schema, compiled, is
 // kept in a bounded LRU cache (Config.CacheSize), so steady state makes no
 // registry request per event, and a registry that is down changes nothing

@@ -97,8 +97,19 @@ type Config struct {
 	ProtobufMessage string
 	// CacheSize bounds how many subjects' schemas are kept compiled
 	// (DefaultCacheSize); the least recently used is dropped and read
-	// again when met.
+	// again when met. In the inferred mode it bounds the inferred schemas
+	// kept registered and compiled (each distinct payload shape of each
+	// subject is one).
 	CacheSize int
+	// Source is where the schema comes from: Registered (the default when
+	// empty) reads it from the registry; Inferred derives it from each
+	// payload (Avro only, values only, the subject from TopicName) and
+	// registers it, once per distinct schema while it stays cached.
+	Source SchemaSource
+	// PayloadColumn names the payload column, which names an inferred
+	// schema's records (DefaultPayloadColumn when empty), as Debezium's
+	// table.field.event.payload does.
+	PayloadColumn string
 }
 
 // Validate checks cfg; each problem wraps ErrInvalidConfig.
@@ -131,6 +142,22 @@ func (c Config) Validate() error {
 	}
 	if c.CacheSize < 0 {
 		bad("negative cache size")
+	}
+	if c.Source != "" && !slices.Contains(Sources, string(c.Source)) {
+		bad("schema source %q: give one of %s", c.Source, strings.Join(Sources, ", "))
+	}
+	if c.Source == Inferred {
+		if c.Format != FormatAvro {
+			bad("an inferred schema is Avro (as Debezium's expanded JSON payload with an Avro converter); format %q takes the registered schema", c.Format)
+		}
+		if c.Key {
+			bad("keys take their registered schema; an inferred schema is for values")
+		}
+		if (c.Strategy != "" && c.Strategy != TopicName) || c.RecordName != "" || c.Version != 0 || c.ID != 0 {
+			bad("an inferred schema is registered under <topic>-value (TopicNameStrategy) and used as registered; no subject strategy, record name, version or id")
+		}
+	} else if c.PayloadColumn != "" {
+		bad("the payload column names inferred schemas' records; it is for the inferred schema source only")
 	}
 	return errors.Join(errs...)
 }
@@ -175,6 +202,9 @@ type Encoder struct {
 	cfg   Config
 	cl    *Client
 	cache *lru.Cache[string, *resolved]
+	// inferredCache holds the inferred schemas registered, by subject and
+	// schema text (the inferred mode).
+	inferredCache *lru.Cache[string, *inferred]
 
 	requests *prometheus.CounterVec
 	misses   prometheus.Counter
@@ -217,15 +247,22 @@ func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: cache: %w", ErrInvalidConfig, err)
 	}
+	var inferredCache *lru.Cache[string, *inferred]
+	if cfg.Source == Inferred {
+		if inferredCache, err = lru.New[string, *inferred](cfg.CacheSize); err != nil {
+			return nil, fmt.Errorf("%w: cache: %w", ErrInvalidConfig, err)
+		}
+	}
 	f := promauto.With(reg)
 	role := prometheus.Labels{"role": "value"}
 	if cfg.Key {
 		role["role"] = "key"
 	}
 	e := &Encoder{
-		cfg:   cfg,
-		cl:    cl,
-		cache: cache,
+		cfg:           cfg,
+		cl:            cl,
+		cache:         cache,
+		inferredCache: inferredCache,
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name:        "walbox_schema_registry_requests_total",
 			Help:        "Schema registry requests, by result: ok, transient (unreachable, timeout, 5xx, 429; retried) or refused (permanent).",
@@ -233,7 +270,7 @@ func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, er
 		}, []string{"result"}),
 		misses: f.NewCounter(prometheus.CounterOpts{
 			Name:        "walbox_schema_cache_misses_total",
-			Help:        "Records whose subject's schema was not in the cache and was read from the registry.",
+			Help:        "Records whose subject's schema was not in the cache and was read from the registry (in the inferred mode: whose inferred schema was not cached and was registered).",
 			ConstLabels: role,
 		}),
 	}
@@ -252,6 +289,9 @@ func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []by
 		return e.preEncoded(ctx, dst, doc)
 	}
 	subject := e.cfg.Subject(topic)
+	if e.cfg.Source == Inferred {
+		return e.encodeInferred(ctx, dst, subject, doc)
+	}
 	r, ok := e.cache.Get(subject)
 	if !ok {
 		e.misses.Inc()

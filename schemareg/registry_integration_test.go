@@ -125,6 +125,25 @@ func TestApicurio(t *testing.T) {
 		_, err := encode(Config{Format: FormatAvro}, "nothing", `{}`)
 		wantRegistryError(t, err, ErrRegistryRefused, `subject "nothing-value"`, "register the schema")
 	})
+	t.Run("inferred", func(t *testing.T) {
+		e, err := NewEncoder(Config{Format: FormatAvro, Source: Inferred}, cl, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range []string{`{"a": 1}`, `{"a": 2}`, `{"a": 3, "b": "x"}`} {
+			if _, err := e.Encode(ctx, nil, "inferred", []byte(doc)); err != nil {
+				t.Fatalf("%s: %v", doc, err)
+			}
+		}
+		vs, err := admin.SubjectVersions(ctx, "inferred-value")
+		if err != nil || len(vs) != 2 {
+			t.Errorf("versions %v (%v), want two: one per shape", vs, err)
+		}
+		// An int field turned string: incompatible under BACKWARD, so the
+		// registry answers 409 and walbox stops naming the level.
+		_, err = e.Encode(ctx, nil, "inferred", []byte(`{"a": "one"}`))
+		wantRegistryError(t, err, ErrRegistryRefused, `subject "inferred-value"`, "HTTP 409", "the registry's BACKWARD", `"connect.name":"payload"`)
+	})
 	t.Run("pinned version that does not exist", func(t *testing.T) {
 		_, err := encode(Config{Format: FormatAvro, Version: 5}, "orders", `{}`)
 		wantRegistryError(t, err, ErrRegistryRefused, `subject "orders-value" version 5`)

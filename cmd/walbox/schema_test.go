@@ -327,3 +327,81 @@ func TestRunPreEncoded(t *testing.T) {
 		}
 	}
 }
+
+// TestRunAvroInferred: walbox run --value-schema-source inferred registers
+// the schema it derives from each payload under <topic>-value, once per
+// distinct shape, sends the record with its id, and dead-letters a payload
+// Debezium's expansion fails on (a mixed-type array) with the reason.
+func TestRunAvroInferred(t *testing.T) {
+	reg := srfake.New()
+	t.Cleanup(reg.Close)
+	var registrations atomic.Int64
+	reg.Intercept(func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.Method == http.MethodPost {
+			registrations.Add(1)
+		}
+		return false
+	})
+	e := newTableEnv(t)
+	insert := func(n int, payload string) {
+		t.Helper()
+		e.exec(t, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'order', 'o-1', 'placed', $2::jsonb)`,
+			tid(n), payload)
+	}
+	cfg := e.cfg
+	cfg.KafkaBrokers = e.brokers
+	cfg.ValueFormat, cfg.ValueSchema.Source = "avro", "inferred"
+	cfg.SchemaRegistry.URLs = []string{reg.URL()}
+	cfg.InvalidRows, cfg.DeadLetterTopic = "dead-letter", "outbox.dlq"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, cfg)
+	waitFor(t, "walbox to be ready", func() bool { c, _ := in.get("/readyz"); return c == 200 })
+	insert(1, `{"n": 1, "lines": [{"sku": "a"}]}`)
+	insert(2, `{"n": 2, "mixed": [1, "x"]}`)
+	insert(3, `{"n": 3, "lines": [{"sku": "b"}]}`)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("walbox logs:\n%s", in.logs.Tail(4000))
+		}
+	})
+	recs := consumeNew(t, e.brokers, `^outbox\.event\.order$`, 2)
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	admin, err := sr.NewClient(sr.URLs(reg.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		id, body, err := schemareg.ParseHeader(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := admin.SchemaByID(context.Background(), int(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := avro.Unmarshal(avro.MustParse(s.Schema), body, &got); err != nil {
+			t.Fatalf("record %d: %v (schema %s)", i, err, s.Schema)
+		}
+		if n := got["n"]; n != 1+2*i {
+			t.Errorf("record %d decodes to %v, want n = %d", i, got, 1+2*i)
+		}
+	}
+	if n := registrations.Load(); n != 1 {
+		t.Errorf("%d registrations for one shape, want 1", n)
+	}
+	dlq := consumeNew(t, e.brokers, `^outbox\.dlq$`, 1)
+	if len(dlq) != 1 || header(dlq[0], router.HeaderEventID) != tid(2) {
+		t.Fatalf("dead letters %v, want row 2", dlq)
+	}
+	reason := header(dlq[0], router.HeaderError)
+	for _, w := range []string{"$.mixed[1]", "Field is not a homogenous array", `subject "outbox.event.order-value"`} {
+		if !strings.Contains(reason, w) {
+			t.Errorf("dead-letter reason %q lacks %q", reason, w)
+		}
+	}
+}
