@@ -191,9 +191,7 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 	r.rewoundTo.Store(uint64(h.cutoff))
 	r.rewinds.Add(1)
 	r.tracker = checkpoint.New(h.start)
-	if r.eos != nil {
-		r.eos.safe = min(r.eos.safe, h.start)
-	}
+	r.delivery.rewound(h.start)
 	r.dedup.forgetFrom(h.cutoff)
 	r.sent.forgetFrom(h.cutoff)
 	if r.lastCommit >= h.cutoff {

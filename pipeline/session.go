@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -48,11 +50,9 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// A new walsender session re-sends Relation messages and every
 	// transaction after the confirmed position, whole.
 	r.dec.Reset()
-	if r.eos != nil {
-		// Acks of an aborted transaction's records count in the tracker:
-		// start again from what Kafka committed.
-		r.tracker = checkpoint.New(r.eos.safe)
-	}
+	// Exactly-once: acks of an aborted transaction's records count in the
+	// tracker, so it starts again from what Kafka committed.
+	r.tracker = r.delivery.sessionTracker(r.tracker)
 	start := r.tracker.Rewind()
 	// The server's history: what walbox's position is checked against
 	// (failover.go) and, in exactly-once mode, what the committed position
@@ -81,7 +81,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// same timeline number can hold different histories (failover.go).
 	// At least once, a history that cannot be read shares nothing known
 	// beyond what the timeline numbers say (failover.go).
-	if err := readAncestry(ctx, conn, &srv); err != nil && r.eos != nil {
+	if err := readAncestry(ctx, conn, &srv); err != nil && r.delivery.needsHistory() {
 		return false, err
 	}
 	if srv.InRecovery && !r.cfg.DecodeFromStandby {
@@ -100,9 +100,6 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		if row, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s`, quoteLiteral(r.cfg.Slot))); err == nil {
 			srv.SlotConfirmed, _ = pglogrepl.ParseLSN(row[0])
 		}
-	}
-	if r.eos != nil {
-		r.eos.server = srv
 	}
 	start = r.adoptHistory(start, srv)
 	unstream := r.unstreamXID
@@ -127,12 +124,14 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	r.leaveStandby()
-	if r.eos != nil {
-		// Only now, holding the slot: loading the producer id fences any
-		// other producer with this transactional id.
-		if err := r.eosStartSession(ctx); err != nil {
-			return false, err
-		}
+	// Only now, holding the slot: exactly-once loads the producer id,
+	// which fences any other producer with its transactional id.
+	var followedFrom *History
+	if r.followed {
+		followedFrom = &r.followedFrom
+	}
+	if r.producer, err = r.delivery.startSession(ctx, r.producer, srv, followedFrom); err != nil {
+		return false, err
 	}
 	r.slotStreamed(conn, gap)
 	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String(),
@@ -140,19 +139,19 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
-	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(),
-		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit, unstream: unstreamState{xid: unstream}}
+	l := newLoop(r, conn, context.WithoutCancel(ctx), receiveTimeout)
+	l.unstream = unstreamState{xid: unstream}
 	if unstream != 0 {
 		var stop func()
 		l.unstream.watch, stop = r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
 		defer stop()
 	}
-	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
-	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
+	defer func() {
+		r.lastCommit = max(r.lastCommit, l.lastCommit)
+		r.unstreamXID = l.unstreamXID
+	}()
 	err = l.run(ctx)
-	if r.eos != nil {
-		l.eosEndSession(ctx)
-	}
+	l.delivery.endSession(ctx)
 	return true, err
 }
 
@@ -186,7 +185,35 @@ func quotePublication(name string) string {
 // loop is the state of one streaming session; all of it belongs to the
 // goroutine that runs it.
 type loop struct {
-	*Relay
+	// What the loop uses of its relay: configuration, collaborators and
+	// the state that outlives a session (newLoop).
+	cfg           *Config
+	log           *slog.Logger
+	producer      Producer
+	router        Router
+	metrics       *metrics
+	streamMetrics *streamMetrics
+	inflight      *inflight
+	dedup         *dedupWindow
+	reroute       *rerouteQueue
+	messages      *messageRelations
+	tables        map[string]struct{}
+	foreign       *foreignLog
+	limits        *topicLimitCache
+	sent          *sentLedger
+	spool         *spool
+	tracker       *checkpoint.Tracker
+	dec           *decoder.Decoder
+	fails         *failState
+	// confirmed is Relay.confirmed: the position last sent to the server.
+	confirmed *atomic.Uint64
+	// delivery is the delivery mode, called at the points of the loop
+	// named in delivery.go.
+	delivery delivery
+	// unstreamXID is the transaction the next session speaks protocol
+	// version 1 for (stream.go); session hands it to Relay.unstreamXID.
+	unstreamXID uint32
+
 	conn       *pgconn.PgConn
 	produceCtx context.Context
 	txn        *checkpoint.Txn
@@ -225,6 +252,28 @@ type loop struct {
 	unstream unstreamState
 }
 
+// newLoop is the loop of a session of r on conn (nil in unit tests).
+func newLoop(r *Relay, conn *pgconn.PgConn, produceCtx context.Context, receiveTimeout time.Duration) *loop {
+	l := &loop{
+		cfg: &r.cfg, log: r.log, producer: r.producer, router: r.router,
+		metrics: r.metrics, streamMetrics: r.streamMetrics, inflight: r.inflight,
+		dedup: r.dedup, reroute: &r.reroute, messages: &r.messages, tables: r.tables,
+		foreign: &r.foreign, limits: &r.limits, sent: &r.sent, spool: r.spool,
+		tracker: r.tracker, dec: r.dec, fails: &r.fails, confirmed: &r.confirmed, delivery: r.delivery,
+		conn: conn, produceCtx: produceCtx, lastReceive: time.Now(),
+		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit,
+	}
+	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
+	r.delivery.bind(l, produceCtx)
+	return l
+}
+
+// fail records the first permanent failure (failState.fail). Safe for
+// concurrent use.
+func (l *loop) fail(err error) { l.fails.fail(err) }
+
+func (l *loop) failureErr() error { return l.fails.failureErr() }
+
 func (l *loop) run(ctx context.Context) error {
 	for {
 		if err := l.failureErr(); err != nil {
@@ -243,10 +292,8 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if l.eos != nil {
-			if err := l.eosTick(ctx); err != nil {
-				return err
-			}
+		if err := l.delivery.tick(ctx); err != nil {
+			return err
 		}
 		l.produceRerouted()
 		if l.inflight.full() {
@@ -288,6 +335,38 @@ func (l *loop) run(ctx context.Context) error {
 	}
 }
 
+// wakeAt is when the loop must stop waiting for WAL: the next status
+// update, or a delivery mode's tick that is due earlier (an exactly-once
+// commit; a commit that ends interrupts the wait itself).
+func (l *loop) wakeAt() time.Time {
+	if due := l.delivery.due(); !due.IsZero() && due.Before(l.nextStatus) {
+		return due
+	}
+	return l.nextStatus
+}
+
+// The loop is the delivery mode's sessionLink (delivery.go).
+
+func (l *loop) confirmNow(ctx context.Context) error {
+	if l.conn == nil {
+		return errNoConnection
+	}
+	return l.sendStatus(ctx)
+}
+
+func (l *loop) tracked() pglogrepl.LSN { return l.tracker.Confirmed() }
+
+func (l *loop) send(rec *kgo.Record) { l.producer.Produce(l.produceCtx, rec, l.promise) }
+
+// interrupt runs in another goroutine: l.conn is set before it starts.
+func (l *loop) interrupt() {
+	if l.conn != nil {
+		_ = l.conn.Conn().SetReadDeadline(time.Now())
+	}
+}
+
+func (l *loop) interrupted() { l.readDeadline = time.Time{} }
+
 // waitForAcks parks the loop until an ack frees room, the next status update
 // is due, the relay fails, or ctx ends.
 func (l *loop) waitForAcks(ctx context.Context) {
@@ -297,7 +376,7 @@ func (l *loop) waitForAcks(ctx context.Context) {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	failed := l.failed
+	failed := l.fails.failed
 	if l.failureErr() != nil {
 		failed = nil // already known; wait for the acks still to come
 	}
@@ -436,9 +515,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 		}
 		l.metrics.transactions.Inc()
 		l.metrics.receivedLSN.Set(float64(m.EndLSN))
-		if l.eos != nil {
-			l.eosUnitDone(replayKey{commit: m.CommitLSN}, m.EndLSN)
-		}
+		l.delivery.unitDone(replayKey{commit: m.CommitLSN}, m.EndLSN)
 	}
 	return nil
 }
@@ -448,7 +525,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 // come again, so a transaction past them ends the replay and later changes
 // cost one comparison.
 func (l *loop) replayed(key replayKey) bool {
-	if l.eosSkips(key) {
+	if l.delivery.skips(key) {
 		return true
 	}
 	if key.commit <= l.replayUntil {
@@ -484,9 +561,7 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 	if err != nil {
 		return err
 	}
-	if l.eos != nil {
-		rec = l.eosDivert(rec, m)
-	}
+	rec = l.delivery.divert(rec, m)
 	l.txn.Add(1)
 	l.remember(key)
 	l.produce(rec, m)
@@ -557,10 +632,10 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	key := replayKey{commit: m.LSN, ord: nonTransactional}
 	l.lastCommit = max(l.lastCommit, m.LSN)
-	if l.eosSkips(key) {
+	if l.delivery.skips(key) {
 		// Dead-lettered and committed in Kafka before: counted and
 		// logged as a skipped unit, like a transaction.
-		l.eosUnitDone(key, m.LSN)
+		l.delivery.unitDone(key, m.LSN)
 		return nil
 	}
 	if l.replayed(key) {
@@ -596,8 +671,8 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	l.remember(key)
 	l.produce(rec, im)
-	if standalone && l.eos != nil {
-		l.eosUnitDone(key, m.LSN)
+	if standalone {
+		l.delivery.unitDone(key, m.LSN)
 	}
 	return nil
 }
@@ -644,8 +719,8 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 	m.size = recordSize(rec)
 	rec.Context = m
 	l.inflight.add(m.size)
-	if l.eos != nil && !l.eosProduce(rec) {
-		return // queued while a commit runs
+	if !l.delivery.produce(rec) {
+		return // held back by the delivery mode (queued while a commit runs)
 	}
 	l.producer.Produce(l.produceCtx, rec, l.promise)
 }
@@ -653,8 +728,7 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 // settle runs in a franz-go callback goroutine; promise (built once per
 // session) calls it with the record's inflightRecord.
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
-	if err != nil && l.eos != nil {
-		l.eosSettleError(rec, m, err)
+	if err != nil && l.delivery.refused(rec, m, err) {
 		return
 	}
 	if err != nil && errors.Is(err, kgo.ErrAborting) {
@@ -665,7 +739,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 	}
 	if err != nil {
 		l.metrics.produceErrors.Inc()
-		if tooLarge(err) && !l.recordTooLarge(rec) {
+		if tooLarge(err) && !recordTooLarge(rec, l.cfg.MaxBatchBytes) {
 			// The broker refused the batch this record was in, not
 			// this record: dead-lettering it would divert a valid
 			// event. Only an operator can fix the limits.
@@ -692,7 +766,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
-	l.sent.acked(m.key, l.eos != nil)
+	l.delivery.acked(m.key)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
 		l.metrics.eventsDeadLettered.Inc()
@@ -708,8 +782,8 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 
 // recordTooLarge reports whether rec alone comes near the batch limit; the
 // margin covers the batch and record headers Kafka counts too.
-func (l *loop) recordTooLarge(rec *kgo.Record) bool {
-	return recordSize(rec) > int64(l.cfg.MaxBatchBytes)-512
+func recordTooLarge(rec *kgo.Record, maxBatchBytes int) bool {
+	return recordSize(rec) > int64(maxBatchBytes)-512
 }
 
 // produceRerouted sends records Kafka refused to the dead-letter topic.
@@ -740,11 +814,9 @@ func recordSize(rec *kgo.Record) int64 {
 func (l *loop) sendStatus(ctx context.Context) error {
 	lsn := l.tracker.Confirmed()
 	l.nextStatus = time.Now().Add(l.cfg.StatusInterval)
-	if l.eos != nil {
-		if l.eos.fenced.Load() {
-			return nil // another producer owns the id: confirm nothing more
-		}
-		lsn = l.eos.confirmable(lsn)
+	lsn, ok := l.delivery.mayConfirm(lsn)
+	if !ok {
+		return nil // another producer owns the id: confirm nothing more
 	}
 	if lsn == 0 {
 		return nil
@@ -797,16 +869,12 @@ func (l *loop) drain(ctx context.Context) {
 func (l *loop) confirmBeforeFailing(cause error) {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
-	if l.eos != nil {
-		if l.eos.fenced.Load() {
-			return
-		}
-		l.eosSettleCommit(sctx)
+	if l.delivery.fencedOff() {
+		return
 	}
+	l.delivery.settle(sctx)
 	l.drain(sctx)
-	if l.eos != nil {
-		l.eosFinish(sctx)
-	}
+	l.delivery.finish(sctx)
 	if err := l.sendStatus(sctx); err != nil {
 		l.log.Warn("could not confirm the events before the failure", "err", err, "cause", cause)
 		return
@@ -845,10 +913,8 @@ func (l *loop) endStream(ctx context.Context) {
 func (l *loop) stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
-	if l.eos != nil {
-		// No commit runs from here on: records are produced, not queued.
-		l.eosSettleCommit(sctx)
-	}
+	// No commit runs from here on: records are produced, not queued.
+	l.delivery.settle(sctx)
 	for l.dec.InTransaction() && sctx.Err() == nil && l.failureErr() == nil {
 		l.produceRerouted()
 		if l.inflight.full() {
@@ -876,13 +942,9 @@ func (l *loop) stop() error {
 	if l.dec.InTransaction() {
 		l.tracker.Abandon()
 	}
-	if l.eos != nil {
-		l.eosSettleCommit(sctx)
-	}
+	l.delivery.settle(sctx)
 	l.drain(sctx)
-	if l.eos != nil {
-		l.eosFinish(sctx)
-	}
+	l.delivery.finish(sctx)
 	if err := l.failureErr(); err != nil {
 		return err
 	}

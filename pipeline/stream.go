@@ -194,8 +194,7 @@ func (l *loop) unstreamDone() bool {
 	if target == 0 {
 		return false
 	}
-	if l.replay != nil || l.dec.InTransaction() ||
-		(l.eos != nil && (l.eos.open || l.eos.committing != nil || len(l.eos.queue) > 0)) {
+	if l.replay != nil || l.dec.InTransaction() || !l.delivery.idle() {
 		return false
 	}
 	return l.resumePosition() >= target
@@ -224,34 +223,20 @@ func (l *loop) unstreamTarget() pglogrepl.LSN {
 // transactions in 60 s kept the session on protocol version 1 for good).
 // It reports whether the loop must not read WAL now.
 func (l *loop) unstreamDrain(ctx context.Context) (bool, error) {
-	if l.eos == nil || l.replay != nil || l.dec.InTransaction() {
+	if l.replay != nil || l.dec.InTransaction() {
 		return false, nil
 	}
 	target := l.unstreamTarget()
 	if target == 0 || l.received < target {
 		return false, nil
 	}
-	e := l.eos
-	switch {
-	case e.committing != nil:
-		return true, l.eosWaitCommit(ctx)
-	case e.open:
-		// Between Postgres transactions: due now, eosTick commits it.
-		e.full = true
-		return true, l.eosTick(ctx)
-	}
-	// Nothing open: what the tracker acknowledged is committed.
-	e.confirmable(l.tracker.Confirmed())
-	return false, nil
+	return l.delivery.flushUnits(ctx, l.tracker.Confirmed())
 }
 
 // resumePosition is where a new session would start: what Kafka
 // acknowledged (at least once) or committed (exactly once).
 func (l *loop) resumePosition() pglogrepl.LSN {
-	if l.eos != nil {
-		return l.eos.safe
-	}
-	return l.tracker.Confirmed()
+	return l.delivery.resumeFrom(l.tracker.Confirmed())
 }
 
 // unstreamable turns errStreamAmbiguous of streamed transaction xid,
