@@ -104,7 +104,7 @@ func (el *eosLoop) newSession(t *testing.T) error {
 	if err != nil {
 		return err
 	}
-	l := newLoop(r, nil, context.Background(), r.cfg.ReceiveTimeout)
+	l := newLoop(r, nil, context.Background(), r.cfg.ReceiveTimeout, 0)
 	el.loop = l
 	return nil
 }

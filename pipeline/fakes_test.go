@@ -147,7 +147,7 @@ func (tl *testLoop) newSession() *loop {
 	r := tl.relay
 	r.dec.Reset()
 	r.tracker.Rewind()
-	l := newLoop(r, nil, context.Background(), r.cfg.ReceiveTimeout)
+	l := newLoop(r, nil, context.Background(), r.cfg.ReceiveTimeout, 0)
 	return l
 }
 

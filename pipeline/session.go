@@ -139,16 +139,15 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
-	l := newLoop(r, conn, context.WithoutCancel(ctx), receiveTimeout)
-	l.unstream = unstreamState{xid: unstream}
+	l := newLoop(r, conn, context.WithoutCancel(ctx), receiveTimeout, unstream)
 	if unstream != 0 {
-		var stop func()
-		l.unstream.watch, stop = r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
+		w, stop := r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
+		l.stream.watch(w)
 		defer stop()
 	}
 	defer func() {
 		r.lastCommit = max(r.lastCommit, l.lastCommit)
-		r.unstreamXID = l.unstreamXID
+		r.unstreamXID = l.stream.unstreamXID
 	}()
 	err = l.run(ctx)
 	l.delivery.endSession(ctx)
@@ -187,32 +186,30 @@ func quotePublication(name string) string {
 type loop struct {
 	// What the loop uses of its relay: configuration, collaborators and
 	// the state that outlives a session (newLoop).
-	cfg           *Config
-	log           *slog.Logger
-	producer      Producer
-	router        Router
-	metrics       *metrics
-	streamMetrics *streamMetrics
-	inflight      *inflight
-	dedup         *dedupWindow
-	reroute       *rerouteQueue
-	messages      *messageRelations
-	tables        map[string]struct{}
-	foreign       *foreignLog
-	limits        *topicLimitCache
-	sent          *sentLedger
-	spool         *spool
-	tracker       *checkpoint.Tracker
-	dec           *decoder.Decoder
-	fails         *failState
+	cfg      *Config
+	log      *slog.Logger
+	producer Producer
+	router   Router
+	metrics  *metrics
+	// stream is the streaming part: spool and protocol-1 fallback
+	// (stream.go).
+	stream   *streams
+	inflight *inflight
+	dedup    *dedupWindow
+	reroute  *rerouteQueue
+	messages *messageRelations
+	tables   map[string]struct{}
+	foreign  *foreignLog
+	limits   *topicLimitCache
+	sent     *sentLedger
+	tracker  *checkpoint.Tracker
+	dec      *decoder.Decoder
+	fails    *failState
 	// confirmed is Relay.confirmed: the position last sent to the server.
 	confirmed *atomic.Uint64
 	// delivery is the delivery mode, called at the points of the loop
 	// named in delivery.go.
 	delivery delivery
-	// unstreamXID is the transaction the next session speaks protocol
-	// version 1 for (stream.go); session hands it to Relay.unstreamXID.
-	unstreamXID uint32
 
 	conn       *pgconn.PgConn
 	produceCtx context.Context
@@ -242,23 +239,15 @@ type loop struct {
 	promise func(*kgo.Record, error)
 	// readDeadline is the deadline last set on the socket.
 	readDeadline time.Time
-	// replay is the streamed transaction being handed on from the spool,
-	// nil when none (stream.go); streamsSeen holds the streamed
-	// transactions whose first block this session received.
-	replay      *streamReplay
-	streamsSeen map[uint32]bool
-	// unstream is the transaction this session was started with protocol
-	// version 1 for (Relay.unstreamXID), 0 when none; see stream.go.
-	unstream unstreamState
 }
 
 // newLoop is the loop of a session of r on conn (nil in unit tests).
-func newLoop(r *Relay, conn *pgconn.PgConn, produceCtx context.Context, receiveTimeout time.Duration) *loop {
+func newLoop(r *Relay, conn *pgconn.PgConn, produceCtx context.Context, receiveTimeout time.Duration, unstream uint32) *loop {
 	l := &loop{
 		cfg: &r.cfg, log: r.log, producer: r.producer, router: r.router,
-		metrics: r.metrics, streamMetrics: r.streamMetrics, inflight: r.inflight,
+		metrics: r.metrics, stream: newStreams(r, unstream), inflight: r.inflight,
 		dedup: r.dedup, reroute: &r.reroute, messages: &r.messages, tables: r.tables,
-		foreign: &r.foreign, limits: &r.limits, sent: &r.sent, spool: r.spool,
+		foreign: &r.foreign, limits: &r.limits, sent: &r.sent,
 		tracker: r.tracker, dec: r.dec, fails: &r.fails, confirmed: &r.confirmed, delivery: r.delivery,
 		conn: conn, produceCtx: produceCtx, lastReceive: time.Now(),
 		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit,
@@ -309,9 +298,9 @@ func (l *loop) run(ctx context.Context) error {
 			continue
 		}
 		if l.unstreamDone() {
-			return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", l.unstream.xid)}
+			return l.stream.endFallback()
 		}
-		if l.replay != nil {
+		if l.stream.replaying() != nil {
 			// A committed streamed transaction is handed on before
 			// anything later is read: commit order.
 			if err := l.replayStep(); err != nil {
@@ -472,7 +461,7 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error {
 	switch m := msg.(type) {
 	case *decoder.Begin:
-		l.unstreamBegin(m.XID)
+		l.stream.begun(m.XID)
 		l.txn = l.tracker.Begin()
 		l.ord = 0
 		l.lastCommit = max(l.lastCommit, m.CommitLSN)
@@ -508,7 +497,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 			return l.outboxUpdate(m.Relation, walStart)
 		}
 	case *decoder.Commit:
-		l.unstreamCommit(m.EndLSN)
+		l.stream.committed(m.EndLSN)
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
 			l.txn = nil
@@ -921,10 +910,10 @@ func (l *loop) stop() error {
 			l.waitForAcks(sctx)
 			continue
 		}
-		if l.replay != nil {
+		if sc := l.stream.replaying(); sc != nil {
 			if err := l.replayStep(); err != nil {
 				l.log.Warn("could not finish the streamed transaction before stopping; it will be sent again on the next start",
-					"err", err, "xid", l.replay.commit.XID, "lsn", l.replay.commit.CommitLSN.String())
+					"err", err, "xid", sc.XID, "lsn", sc.CommitLSN.String())
 				break
 			}
 			continue
