@@ -52,19 +52,9 @@ type Relay struct {
 	tables  map[string]struct{}
 	foreign foreignLog
 	limits  topicLimitCache
-	// history is the history of the server the last session streamed
-	// from; sent counts what it sent per transaction (failover.go).
-	history History
-	sent    sentLedger
-	// onStandby is set while sessions decode a server in recovery
-	// (DecodeFromStandby); standbyFrom is where the first of them started.
-	// followed is set when the last session found such a server promoted
-	// (or on a new timeline) under walbox, and followedFrom is the history
-	// recorded for what walbox streamed there (standbyFollowed).
-	onStandby    bool
-	standbyFrom  pglogrepl.LSN
-	followed     bool
-	followedFrom History
+	// failover is the failover part: server identity, histories, the
+	// ledger of what was sent, resume decisions (failover.go).
+	failover failover
 	// timeoutLogged is set once the effective receive timeout was logged.
 	timeoutLogged bool
 
@@ -87,14 +77,6 @@ type Relay struct {
 	// exactly-once eosState (txn.go).
 	delivery deliveryMode
 
-	// erasedEvents and erasedAt (Unix nanoseconds) report what failovers
-	// erased since the start (FailoverErased).
-	erasedEvents atomic.Uint64
-	erasedAt     atomic.Int64
-	// rewinds counts history switches, rewoundTo is the last one's
-	// shared end (HistoryRewound).
-	rewinds   atomic.Uint64
-	rewoundTo atomic.Uint64
 	// slotGap reports a slot someone else moved ahead (slotgap.go).
 	slotGap *slotGap
 
@@ -127,7 +109,8 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 	r.slotGap = newSlotGap(reg)
 	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, r.streamMetrics.spoolBytes)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
-	r.delivery = &atLeastOnce{sent: &r.sent}
+	r.failover = failover{cfg: &r.cfg, log: log, erased: r.metrics.failoverErased}
+	r.delivery = &atLeastOnce{sent: &r.failover.sent}
 	if cfg.Delivery == DeliveryExactlyOnce {
 		txp, ok := producer.(TxnProducer)
 		if !ok {
@@ -136,7 +119,7 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 		if cfg.State == nil {
 			return nil, fmt.Errorf("pipeline: delivery %s needs Config.State (a KafkaState on %q)", DeliveryExactlyOnce, cfg.StateTopic)
 		}
-		r.delivery = newEOSState(&r.cfg, txp, reg, log, &r.fails, r.inflight, &r.sent, r.metrics.produceErrors)
+		r.delivery = newEOSState(&r.cfg, txp, reg, log, &r.fails, r.inflight, &r.failover.sent, r.metrics.produceErrors)
 		// The dedup window remembers acknowledged records, but in a
 		// transaction an acknowledged record is not committed: the state
 		// topic decides what is skipped instead.

@@ -20,11 +20,6 @@ import (
 	"github.com/walbox/walbox/router"
 )
 
-// identifyHook, when set by a test, runs between the session's first
-// question to the server about what it is and the next (a promotion
-// happening in between).
-var identifyHook func()
-
 // session runs one replication connection from connect to close. It returns
 // nil after a clean stop (ctx cancelled), otherwise the error that ended it;
 // streamed reports whether the session got as far as streaming, which resets
@@ -54,52 +49,10 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// tracker, so it starts again from what Kafka committed.
 	r.tracker = r.delivery.sessionTracker(r.tracker)
 	start := r.tracker.Rewind()
-	// The server's history: what walbox's position is checked against
-	// (failover.go) and, in exactly-once mode, what the committed position
-	// is checked against and recorded with (history.go).
-	//
-	// Whether the server is a standby is asked first: a server being
-	// promoted answers IDENTIFY_SYSTEM with its old timeline and replayed
-	// WAL, then pg_is_in_recovery() with false, and the session would
-	// stream the new timeline recorded as the old one (the next session
-	// then took the new timeline's events for erased by a failover). A
-	// server that is not in recovery never goes back to it within a
-	// connection.
-	inRecovery, err := serverInRecovery(ctx, conn)
+	// The server's identity and history (failover.go).
+	srv, err := r.failover.identify(ctx, conn, r.delivery.needsHistory())
 	if err != nil {
 		return false, err
-	}
-	if identifyHook != nil {
-		identifyHook()
-	}
-	srv, err := identifySystem(ctx, conn, r.cfg.Slot)
-	if err != nil {
-		return false, err
-	}
-	srv.InRecovery = inRecovery
-	// The timeline's history is read on every connect: two servers on the
-	// same timeline number can hold different histories (failover.go).
-	// At least once, a history that cannot be read shares nothing known
-	// beyond what the timeline numbers say (failover.go).
-	if err := readAncestry(ctx, conn, &srv); err != nil && r.delivery.needsHistory() {
-		return false, err
-	}
-	if srv.InRecovery && !r.cfg.DecodeFromStandby {
-		// A standby is not a failover: its shorter WAL says nothing
-		// about what the primary holds. Nothing is adopted from it.
-		return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline}
-	}
-	if srv.InRecovery {
-		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
-			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
-	}
-	if r.onStandby {
-		// Whether walbox confirmed this slot past a switch point the
-		// standby it decoded crossed (standbyFollowed). Unread, the
-		// switch is handled as any other.
-		if row, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s`, quoteLiteral(r.cfg.Slot))); err == nil {
-			srv.SlotConfirmed, _ = pglogrepl.ParseLSN(row[0])
-		}
 	}
 	start = r.adoptHistory(start, srv)
 	unstream := r.unstreamXID
@@ -126,11 +79,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.leaveStandby()
 	// Only now, holding the slot: exactly-once loads the producer id,
 	// which fences any other producer with its transactional id.
-	var followedFrom *History
-	if r.followed {
-		followedFrom = &r.followedFrom
-	}
-	if r.producer, err = r.delivery.startSession(ctx, r.producer, srv, followedFrom); err != nil {
+	if r.producer, err = r.delivery.startSession(ctx, r.producer, srv, r.failover.followedFromHistory()); err != nil {
 		return false, err
 	}
 	r.slotStreamed(conn, gap)
@@ -201,7 +150,6 @@ type loop struct {
 	tables   map[string]struct{}
 	foreign  *foreignLog
 	limits   *topicLimitCache
-	sent     *sentLedger
 	tracker  *checkpoint.Tracker
 	dec      *decoder.Decoder
 	fails    *failState
@@ -247,7 +195,7 @@ func newLoop(r *Relay, conn *pgconn.PgConn, produceCtx context.Context, receiveT
 		cfg: &r.cfg, log: r.log, producer: r.producer, router: r.router,
 		metrics: r.metrics, stream: newStreams(r, unstream), inflight: r.inflight,
 		dedup: r.dedup, reroute: &r.reroute, messages: &r.messages, tables: r.tables,
-		foreign: &r.foreign, limits: &r.limits, sent: &r.sent,
+		foreign: &r.foreign, limits: &r.limits,
 		tracker: r.tracker, dec: r.dec, fails: &r.fails, confirmed: &r.confirmed, delivery: r.delivery,
 		conn: conn, produceCtx: produceCtx, lastReceive: time.Now(),
 		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit,
