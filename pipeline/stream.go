@@ -187,6 +187,14 @@ type streams struct {
 	dec     *decoder.Decoder
 	spool   *spool
 	metrics *streamMetrics
+	// fallback turns what protocol version 1 is spoken for (a stream the
+	// spool cannot hold or tell apart) into the error that restarts the
+	// stream, other errors passing: unstreamable for a relay's session,
+	// the replay's restartFor for walbox replay. who names the reader and
+	// retry tells how to start again, in the errors of a broken stream.
+	fallback                func(xid uint32, err error) error
+	who                     string
+	retryBlock, retryCommit string
 	// replay is the streamed transaction being handed on from the spool,
 	// nil when none; seen holds the streamed transactions whose first
 	// block this session received.
@@ -202,8 +210,31 @@ type streams struct {
 // newStreams is the streaming part of a session of r that speaks protocol
 // version 1 for unstream (0: none).
 func newStreams(r *Relay, unstream uint32) *streams {
-	return &streams{cfg: &r.cfg, log: r.log, dec: r.dec, spool: r.spool, metrics: r.streamMetrics,
-		unstream: unstreamState{xid: unstream}}
+	s := &streams{cfg: &r.cfg, log: r.log, dec: r.dec, spool: r.spool, metrics: r.streamMetrics,
+		unstream: unstreamState{xid: unstream}, who: "this session",
+		retryBlock:  "reconnect so the server sends it again from its start",
+		retryCommit: "restart so the server sends the transaction again"}
+	s.fallback = s.unstreamable
+	return s
+}
+
+// reset forgets every streamed transaction, for a stream that starts again.
+func (s *streams) reset() {
+	s.spool.reset()
+	s.seen = map[uint32]bool{}
+	s.replay = nil
+}
+
+// received reports whether the first block of streamed transaction xid
+// came.
+func (s *streams) received(xid uint32) bool { return s.seen[xid] }
+
+// drop forgets streamed transaction xid and its spooled changes.
+func (s *streams) drop(xid uint32) {
+	if s.replay != nil && s.replay.commit.XID == xid {
+		s.replay = nil
+	}
+	s.spool.drop(xid)
 }
 
 // watch sets what tells whether the server finished X (watchXactEnd).
@@ -495,15 +526,15 @@ func (s *streams) feed(msg decoder.Decoded) (ok bool, lsn pglogrepl.LSN, begin d
 			// The server sends every block of a transaction from its
 			// first within one session; a later block of one whose start
 			// this session never saw means changes were lost.
-			return true, 0, nil, fmt.Errorf("stream block of xid %d is not the transaction's first, but this session never saw its first one; reconnect so the server sends it again from its start", m.XID)
+			return true, 0, nil, fmt.Errorf("stream block of xid %d is not the transaction's first, but %s never saw its first one; %s", m.XID, s.who, s.retryBlock)
 		}
 		if s.seen == nil {
 			s.seen = map[uint32]bool{}
 		}
 		s.seen[m.XID] = true
-		return true, 0, nil, s.unstreamable(m.XID, s.spool.start(m.XID, m.First))
+		return true, 0, nil, s.fallback(m.XID, s.spool.start(m.XID, m.First))
 	case *decoder.StreamChange:
-		return true, 0, nil, s.unstreamable(m.TopXID, s.spool.append(m))
+		return true, 0, nil, s.fallback(m.TopXID, s.spool.append(m))
 	case *decoder.StreamStop:
 	case *decoder.StreamAbort:
 		if m.Whole() {
@@ -516,12 +547,12 @@ func (s *streams) feed(msg decoder.Decoded) (ok bool, lsn pglogrepl.LSN, begin d
 		}
 	case *decoder.StreamCommit:
 		if !s.seen[m.XID] {
-			return true, 0, nil, fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes this session never received; restart so the server sends the transaction again", m.XID, m.CommitLSN)
+			return true, 0, nil, fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes %s never received; %s", m.XID, m.CommitLSN, s.who, s.retryCommit)
 		}
 		delete(s.seen, m.XID)
 		r, err := s.spool.open(m.XID)
 		if err != nil {
-			return true, 0, nil, s.unstreamable(m.XID, err)
+			return true, 0, nil, s.fallback(m.XID, err)
 		}
 		begin, err := s.dec.BeginStreamed(m)
 		if err != nil {
@@ -562,7 +593,7 @@ func (s *streams) next() (lsn pglogrepl.LSN, msg decoder.Decoded, last bool, err
 			// Read back midway: the next session sends the
 			// transaction whole, and the dedup (or the Kafka
 			// transaction's abort) covers what went out.
-			return 0, nil, false, s.unstreamable(rp.commit.XID, err)
+			return 0, nil, false, s.fallback(rp.commit.XID, err)
 		default:
 			msg, err := s.dec.Decode(c.LSN, c.Data)
 			if err != nil {
