@@ -74,7 +74,7 @@ type Relay struct {
 	confirmed atomic.Uint64
 
 	// delivery is the delivery mode: atLeastOnce (delivery.go) or the
-	// exactly-once eosState (txn.go).
+	// exactly-once eosState (eos_txn.go).
 	delivery deliveryMode
 
 	// slotGap reports a slot someone else moved ahead (slotgap.go).
