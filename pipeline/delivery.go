@@ -16,7 +16,7 @@ import (
 // Postgres transaction, or a dead-lettered non-transactional outbox message.
 // atLeastOnce (below) and eosState (eos_txn.go, Config.Delivery =
 // DeliveryExactlyOnce) implement it; all of it runs on the loop goroutine
-// except refused, which promise callbacks call.
+// except refused and acked, which promise callbacks call.
 type delivery interface {
 	// skips reports whether the unit of key is in Kafka already, so that
 	// the change or message of key is not produced again.

@@ -404,11 +404,89 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	return l.handleDecoded(walStart, msg)
 }
 
+// The loop and the streaming part (stream.go).
+
+// handleStream feeds msg to the streaming part if it is a stream message
+// (ok); a Stream Commit's transaction is then handled as any other.
+func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
+	ok, lsn, begin, err := l.stream.feed(msg)
+	if !ok || err != nil || begin == nil {
+		return ok, err
+	}
+	if err := l.handleDecoded(lsn, begin); err != nil {
+		return true, err
+	}
+	return true, l.replayStep()
+}
+
+// replayBatch is how many spooled changes one loop turn hands on at most.
+const replayBatch = 256
+
+// replayStep hands on the next changes of the streamed transaction being
+// replayed, until the in-flight limit is reached, the relay fails or
+// replayBatch changes were handled; at the end of the spooled changes it
+// ends the transaction.
+func (l *loop) replayStep() error {
+	for i := 0; i <= replayBatch; i++ {
+		if l.stream.spooled() && (i == replayBatch || l.inflight.full() || l.failureErr() != nil) {
+			return nil
+		}
+		lsn, msg, last, err := l.stream.next()
+		if err != nil {
+			return err
+		}
+		if err := l.handleDecoded(lsn, msg); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+	return nil
+}
+
+// unstreamDone reports whether the session can end to stream again: the
+// transaction it was for ended, the position the next session starts from
+// is past its end, and no transaction is half handed on.
+func (l *loop) unstreamDone() bool {
+	target := l.stream.fallbackEnd()
+	if target == 0 {
+		return false
+	}
+	if l.dec.InTransaction() || !l.delivery.idle() {
+		return false
+	}
+	return l.resumePosition() >= target
+}
+
+// unstreamDrain closes the Kafka transaction of exactly-once mode once the
+// session has received past X's end, and holds reading until it committed:
+// under steady traffic a Kafka transaction is open nearly all the time, and
+// unstreamDone, which waits for none to be, never held (325,199
+// transactions in 60 s kept the session on protocol version 1 for good).
+// It reports whether the loop must not read WAL now.
+func (l *loop) unstreamDrain(ctx context.Context) (bool, error) {
+	if l.dec.InTransaction() {
+		return false, nil
+	}
+	target := l.stream.fallbackEnd()
+	if target == 0 || l.received < target {
+		return false, nil
+	}
+	return l.delivery.flushUnits(ctx, l.tracker.Confirmed())
+}
+
+// resumePosition is where a new session would start: what Kafka
+// acknowledged (at least once) or committed (exactly once).
+func (l *loop) resumePosition() pglogrepl.LSN {
+	return l.delivery.resumeFrom(l.tracker.Confirmed())
+}
+
 // handleDecoded handles one decoded message of a transaction, received as
 // such or read back from the spool after its Stream Commit (stream.go).
 func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error {
 	switch m := msg.(type) {
-	case *decoder.Begin:
+	case *decoder.Begin: // a unit begins
 		l.stream.begun(m.XID)
 		l.txn = l.tracker.Begin()
 		l.ord = 0
@@ -444,7 +522,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 		if m.Kind == 'U' && m.Relation != nil && l.routes(m.Relation) {
 			return l.outboxUpdate(m.Relation, walStart)
 		}
-	case *decoder.Commit:
+	case *decoder.Commit: // the unit is done
 		l.stream.committed(m.EndLSN)
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
@@ -649,8 +727,9 @@ func (m *inflightRecord) origin() router.Origin {
 	return router.Origin{Table: m.table(), LSN: m.lsn, XID: m.xid}
 }
 
-// produce hands rec to the producer. Only the loop calls it, after checking
-// the in-flight limit, so Produce never blocks.
+// produce hands rec to the producer: the point where a record is produced.
+// Only the loop calls it, after checking the in-flight limit, so Produce
+// never blocks.
 func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 	m.Context = context.Background()
 	m.size = recordSize(rec)
@@ -663,7 +742,8 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 }
 
 // settle runs in a franz-go callback goroutine; promise (built once per
-// session) calls it with the record's inflightRecord.
+// session) calls it with the record's inflightRecord. It is the point where
+// a record is acknowledged (err nil) or refused.
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 	if err != nil && l.delivery.refused(rec, m, err) {
 		return

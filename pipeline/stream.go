@@ -278,43 +278,6 @@ func (s *streams) endFallback() error {
 	return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", s.unstream.xid)}
 }
 
-// unstreamDone reports whether the session can end to stream again: the
-// transaction it was for ended, the position the next session starts from
-// is past its end, and no transaction is half handed on.
-func (l *loop) unstreamDone() bool {
-	target := l.stream.fallbackEnd()
-	if target == 0 {
-		return false
-	}
-	if l.dec.InTransaction() || !l.delivery.idle() {
-		return false
-	}
-	return l.resumePosition() >= target
-}
-
-// unstreamDrain closes the Kafka transaction of exactly-once mode once the
-// session has received past X's end, and holds reading until it committed:
-// under steady traffic a Kafka transaction is open nearly all the time, and
-// unstreamDone, which waits for none to be, never held (325,199
-// transactions in 60 s kept the session on protocol version 1 for good).
-// It reports whether the loop must not read WAL now.
-func (l *loop) unstreamDrain(ctx context.Context) (bool, error) {
-	if l.dec.InTransaction() {
-		return false, nil
-	}
-	target := l.stream.fallbackEnd()
-	if target == 0 || l.received < target {
-		return false, nil
-	}
-	return l.delivery.flushUnits(ctx, l.tracker.Confirmed())
-}
-
-// resumePosition is where a new session would start: what Kafka
-// acknowledged (at least once) or committed (exactly once).
-func (l *loop) resumePosition() pglogrepl.LSN {
-	return l.delivery.resumeFrom(l.tracker.Confirmed())
-}
-
 // unstreamable turns errStreamAmbiguous of streamed transaction xid,
 // ErrSpoolFull and ErrSpoolUnwritable into a reconnect with protocol
 // version 1 (unstreamState); other errors pass. A transaction larger than
@@ -609,43 +572,4 @@ func (s *streams) next() (lsn pglogrepl.LSN, msg decoder.Decoded, last bool, err
 	s.replay = nil
 	s.spool.drop(rp.commit.XID)
 	return rp.commit.EndLSN, commit, true, nil
-}
-
-// handleStream feeds msg to the streaming part if it is a stream message
-// (ok); a Stream Commit's transaction is then handled as any other.
-func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
-	ok, lsn, begin, err := l.stream.feed(msg)
-	if !ok || err != nil || begin == nil {
-		return ok, err
-	}
-	if err := l.handleDecoded(lsn, begin); err != nil {
-		return true, err
-	}
-	return true, l.replayStep()
-}
-
-// replayBatch is how many spooled changes one loop turn hands on at most.
-const replayBatch = 256
-
-// replayStep hands on the next changes of the streamed transaction being
-// replayed, until the in-flight limit is reached, the relay fails or
-// replayBatch changes were handled; at the end of the spooled changes it
-// ends the transaction.
-func (l *loop) replayStep() error {
-	for i := 0; i <= replayBatch; i++ {
-		if l.stream.spooled() && (i == replayBatch || l.inflight.full() || l.failureErr() != nil) {
-			return nil
-		}
-		lsn, msg, last, err := l.stream.next()
-		if err != nil {
-			return err
-		}
-		if err := l.handleDecoded(lsn, msg); err != nil {
-			return err
-		}
-		if last {
-			return nil
-		}
-	}
-	return nil
 }
