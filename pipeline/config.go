@@ -120,7 +120,7 @@ type Config struct {
 	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce.
 	// Exactly-once needs a TxnProducer (a client made by NewKafkaClient
 	// with KafkaConfig.TransactionalID set to TransactionalIDFor's value)
-	// and State; see txn.go.
+	// and State; see eos_txn.go.
 	Delivery string
 	// TransactionalID is the Kafka transactional id in exactly-once mode;
 	// empty means TransactionalIDFor(Slot), "walbox-<slot>".

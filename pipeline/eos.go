@@ -23,7 +23,7 @@ const (
 	// DeliveryExactlyOnce produces in Kafka transactions that also record
 	// the position they cover in the state topic, and confirms the slot only
 	// after the transaction committed; a read_committed consumer sees every
-	// outbox row exactly once, whatever crashes. See eos.go and txn.go.
+	// outbox row exactly once, whatever crashes. See eos.go and eos_txn.go.
 	DeliveryExactlyOnce = "exactly-once"
 )
 

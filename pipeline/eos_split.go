@@ -17,7 +17,7 @@ import (
 // committed position and meets the same transaction again, while the slot
 // holds WAL. So a Kafka transaction that reaches, inside a Postgres
 // transaction, TransactionSplitRecords records or half the transaction
-// timeout is committed there (eosSplitDue), with a state record naming
+// timeout is committed there (splitDue), with a state record naming
 // the position inside the Postgres transaction: its commit LSN (known from
 // its Begin) and how many of its changes the committed Kafka transactions
 // hold (SplitPosition). The rest of it goes into the next Kafka
@@ -26,7 +26,7 @@ import (
 // A restart (a crash, a session ended, a timeout abort) starts the slot at
 // or before the end of the last whole Postgres transaction committed; the
 // server sends the split one again from its Begin, in the same order, and
-// the loop skips its changes below the recorded count (eosSkips) and
+// the loop skips its changes below the recorded count (skips) and
 // produces the rest: read_committed consumers see every row once.
 //
 // The count names the same prefix only if the server sends the same
@@ -54,14 +54,13 @@ import (
 // may see its first part before the rest is committed. Per-key order holds,
 // as every record is produced in stream order by one producer.
 
-// eosSplitDue is when the open Kafka transaction, which ends inside a
+// splitDue is when the open Kafka transaction, which ends inside a
 // Postgres transaction, must be committed there: now once it holds
 // TransactionSplitRecords records, or at half the transaction timeout from
 // when it opened (the broker's timer starts a little later, with the first
 // record it receives). Zero when it cannot be split where it is: the last
 // record is not a change of a Postgres transaction.
-func (l *loop) eosSplitDue() time.Time {
-	e := l.eos
+func (e *eosState) splitDue() time.Time {
 	if e.unitRecords == 0 || e.unitKey.ord == nonTransactional || e.unitKey.commit == 0 {
 		return time.Time{}
 	}
@@ -74,13 +73,12 @@ func (l *loop) eosSplitDue() time.Time {
 	return time.Time{}
 }
 
-// eosSplitPosition turns the commit being started into one inside the
+// splitPosition turns the commit being started into one inside the
 // Postgres transaction being received, if the open Kafka transaction ends
 // inside one: it then covers the whole Postgres transactions before it
 // (or, if it holds none, the last position committed) and the changes of
 // the split one up to the last record produced.
-func (l *loop) eosSplitPosition(c *pendingCommit) {
-	e := l.eos
+func (e *eosState) splitPosition(c *pendingCommit) {
 	if e.unitRecords == 0 {
 		return
 	}
@@ -92,7 +90,7 @@ func (l *loop) eosSplitPosition(c *pendingCommit) {
 	if e.records < e.splitRecords {
 		reason = "age"
 	}
-	l.log.Info("exactly-once: committing a kafka transaction inside a postgres transaction too large for one; the position inside it is recorded",
+	e.log.Info("exactly-once: committing a kafka transaction inside a postgres transaction too large for one; the position inside it is recorded",
 		"transactional_id", e.txnID, "commit_lsn", c.covered.Split.CommitLSN.String(), "changes", c.covered.Split.Changes,
 		"records", c.records, "reason", reason, "open_for", time.Since(e.began).Round(time.Millisecond).String(),
 		"transaction_timeout", e.timeout.String())

@@ -81,7 +81,7 @@ func TestEOSSplitsALargePostgresTransaction(t *testing.T) {
 				// the first one's open transaction.
 				second = newEOSLoop(t, c, cfg, 1)
 			} else {
-				first.eosEndSession(t.Context())
+				first.eos.endSession(t.Context())
 				if err := first.newSession(t); err != nil {
 					t.Fatal(err)
 				}
@@ -307,7 +307,7 @@ func TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout(t *testing.T) {
 	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	if due := el.eosCommitDue(); due.IsZero() || time.Until(due) > timeout/2 {
+	if due := el.eos.due(); due.IsZero() || time.Until(due) > timeout/2 {
 		t.Errorf("commit due in %s, want within half the timeout (%s)", time.Until(due).Round(time.Millisecond), timeout/2)
 	}
 	// The loop wakes when the commit is due (wakeAt) and ticks.
@@ -329,7 +329,7 @@ func TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout(t *testing.T) {
 // from now (the unit loop has no status interval).
 func (el *eosLoop) wakeAtOrSoon() time.Time {
 	soon := time.Now().Add(50 * time.Millisecond)
-	if due := el.eosCommitDue(); !due.IsZero() && due.Before(soon) {
+	if due := el.eos.due(); !due.IsZero() && due.Before(soon) {
 		return due
 	}
 	return soon

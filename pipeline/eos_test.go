@@ -42,6 +42,7 @@ func eosCluster(t *testing.T) *kfake.Cluster {
 type eosLoop struct {
 	*loop
 	relay *Relay
+	eos   *eosState
 	cl    *kgo.Client
 	reg   *prometheus.Registry
 	log   *logbuf.Buffer
@@ -70,11 +71,12 @@ func newEOSLoop(t *testing.T, c *kfake.Cluster, cfg Config, start pglogrepl.LSN)
 		t.Fatal(err)
 	}
 	r.tracker = checkpoint.New(start)
-	r.eos.safe = start
-	r.eos.server = testServer
-	el := &eosLoop{relay: r, cl: cl, reg: reg, log: lb}
+	e := r.delivery.(*eosState)
+	e.safe = start
+	e.server = testServer
+	el := &eosLoop{relay: r, eos: e, cl: cl, reg: reg, log: lb}
 	// The relay closes the clients it replaces; the last is the caller's.
-	t.Cleanup(func() { el.relay.eos.txp.(*kgo.Client).Close() })
+	t.Cleanup(func() { el.eos.txp.(*kgo.Client).Close() })
 	if err := el.newSession(t); err != nil {
 		t.Fatal(err)
 	}
@@ -93,17 +95,16 @@ func (el *eosLoop) newSession(t *testing.T) error {
 	t.Helper()
 	r := el.relay
 	r.dec.Reset()
-	r.tracker = checkpoint.New(r.eos.safe)
+	r.tracker = checkpoint.New(el.eos.safe)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := r.eosStartSession(ctx)
-	el.cl = r.eos.txp.(*kgo.Client)
+	var err error
+	r.producer, err = el.eos.startSession(ctx, r.producer, el.eos.server, nil)
+	el.cl = el.eos.txp.(*kgo.Client)
 	if err != nil {
 		return err
 	}
-	l := &loop{Relay: r, produceCtx: context.Background(), lastReceive: time.Now(),
-		receiveTimeout: r.cfg.ReceiveTimeout, replayUntil: r.lastCommit}
-	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
+	l := newLoop(r, nil, context.Background(), r.cfg.ReceiveTimeout, 0)
 	el.loop = l
 	return nil
 }
@@ -148,10 +149,10 @@ func (el *eosLoop) tick(t *testing.T) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := el.eosTick(ctx); err != nil {
+	if err := el.eos.tick(ctx); err != nil {
 		return err
 	}
-	return el.eosWaitCommit(ctx) // the commit runs in a goroutine
+	return el.eos.waitCommit(ctx) // the commit runs in a goroutine
 }
 
 // finish commits what is open, as a clean stop does.
@@ -160,7 +161,7 @@ func (el *eosLoop) finish(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	el.drain(ctx)
-	el.eosFinish(ctx)
+	el.eos.finish(ctx)
 }
 
 // readCommitted returns the payloads a read_committed consumer sees on
@@ -461,14 +462,14 @@ func TestEOSQueuesWhileCommitting(t *testing.T) {
 	el.wal(t, pgInsert(outboxRel, "id-a1", "a", `{"n":"a1"}`))
 	el.wal(t, pgInsert(outboxRel, "id-a2", "a", `{"n":"a2"}`))
 	el.wal(t, pgCommit(0x1000))
-	if err := el.eosTick(ctx); err != nil { // starts the commit of A
+	if err := el.eos.tick(ctx); err != nil { // starts the commit of A
 		t.Fatal(err)
 	}
 	<-frozen
 	el.wal(t, pgBegin(0x2000, 2))
 	el.wal(t, pgInsert(outboxRel, "id-b1", "a", `{"n":"b1"}`))
 	el.wal(t, pgCommit(0x2000))
-	if err := el.eosTick(ctx); err != nil { // the commit still runs
+	if err := el.eos.tick(ctx); err != nil { // the commit still runs
 		t.Fatal(err)
 	}
 	if n := len(el.eos.queue); n != 1 {
@@ -478,7 +479,7 @@ func TestEOSQueuesWhileCommitting(t *testing.T) {
 		t.Fatalf("confirmable %s while A commits, want 0/1", got)
 	}
 	close(release)
-	if err := el.eosWaitCommit(ctx); err != nil {
+	if err := el.eos.waitCommit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := el.eos.confirmable(el.tracker.Confirmed()); got != 0x1010 {
@@ -562,7 +563,7 @@ func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
 	}
 	el.wal(t, pgBegin(0x2000, 2))
 	el.wal(t, pgInsert(outboxRel, "id-b1", "a", `{"n":"b1"}`)) // B is cut off
-	el.eosEndSession(context.Background())
+	el.eos.endSession(context.Background())
 	if n := testutil.ToFloat64(el.eos.m.aborted); n != 1 {
 		t.Fatalf("aborted %v, want 1", n)
 	}

@@ -1,12 +1,17 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walbox/walbox/checkpoint"
 )
@@ -21,6 +26,113 @@ import (
 // last streamed (history.go) and never requests a position beyond what the
 // two share; the server then starts at the later of that and the slot's own
 // confirmed position.
+
+// failover is the failover part of a relay: the identity and timeline
+// history of the server each session streams from, the ledger of the
+// events sent to Kafka (what a failover erased), and the decision where a
+// session resumes. The relay consults it at connect (identify, then
+// Relay.adoptHistory); the delivery modes count what Kafka acknowledged
+// into its ledger (sent). The Run goroutine owns it, but for sent and the
+// counters, which are safe for concurrent use.
+type failover struct {
+	cfg    *Config
+	log    *slog.Logger
+	erased prometheus.Counter // walbox_failover_erased_events_total
+	// history is the history of the server the last session streamed
+	// from; sent counts what it sent per transaction.
+	history History
+	sent    sentLedger
+	// onStandby is set while sessions decode a server in recovery
+	// (DecodeFromStandby); standbyFrom is where the first of them started.
+	// followed is set when the last session found such a server promoted
+	// (or on a new timeline) under walbox, and followedFrom is the history
+	// recorded for what walbox streamed there (standbyFollowed).
+	onStandby    bool
+	standbyFrom  pglogrepl.LSN
+	followed     bool
+	followedFrom History
+	// erasedEvents and erasedAt (Unix nanoseconds) report what failovers
+	// erased since the start (FailoverErased).
+	erasedEvents atomic.Uint64
+	erasedAt     atomic.Int64
+	// rewinds counts history switches, rewoundTo is the last one's
+	// shared end (HistoryRewound).
+	rewinds   atomic.Uint64
+	rewoundTo atomic.Uint64
+}
+
+// identifyHook, when set by a test, runs between the session's first
+// question to the server about what it is and the next (a promotion
+// happening in between).
+var identifyHook func()
+
+// identify asks the server of a new session what it is: whether it is in
+// recovery, its system, timeline and WAL end (IDENTIFY_SYSTEM), its
+// timeline history, and, after sessions that decoded a standby, the
+// slot's confirmed position. A history that cannot be read stops the
+// session if strictHistory (exactly once), and shares nothing known beyond
+// the timeline numbers otherwise. A standby stops it unless
+// DecodeFromStandby.
+func (f *failover) identify(ctx context.Context, conn *pgconn.PgConn, strictHistory bool) (serverHistory, error) {
+	// The server's history: what walbox's position is checked against
+	// (adopt) and, in exactly-once mode, what the committed position
+	// is checked against and recorded with (history.go).
+	//
+	// Whether the server is a standby is asked first: a server being
+	// promoted answers IDENTIFY_SYSTEM with its old timeline and replayed
+	// WAL, then pg_is_in_recovery() with false, and the session would
+	// stream the new timeline recorded as the old one (the next session
+	// then took the new timeline's events for erased by a failover). A
+	// server that is not in recovery never goes back to it within a
+	// connection.
+	inRecovery, err := serverInRecovery(ctx, conn)
+	if err != nil {
+		return serverHistory{}, err
+	}
+	if identifyHook != nil {
+		identifyHook()
+	}
+	srv, err := identifySystem(ctx, conn, f.cfg.Slot)
+	if err != nil {
+		return serverHistory{}, err
+	}
+	srv.InRecovery = inRecovery
+	// The timeline's history is read on every connect: two servers on the
+	// same timeline number can hold different histories (resumeOnHistory).
+	// At least once, a history that cannot be read shares nothing known
+	// beyond what the timeline numbers say.
+	if err := readAncestry(ctx, conn, &srv); err != nil && strictHistory {
+		return serverHistory{}, err
+	}
+	if srv.InRecovery && !f.cfg.DecodeFromStandby {
+		// A standby is not a failover: its shorter WAL says nothing
+		// about what the primary holds. Nothing is adopted from it.
+		return serverHistory{}, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline}
+	}
+	if srv.InRecovery {
+		f.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
+			"slot", f.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
+	}
+	if f.onStandby {
+		// Whether walbox confirmed this slot past a switch point the
+		// standby it decoded crossed (standbyFollowed). Unread, the
+		// switch is handled as any other.
+		if row, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s`, quoteLiteral(f.cfg.Slot))); err == nil {
+			srv.SlotConfirmed, _ = pglogrepl.ParseLSN(row[0])
+		}
+	}
+	return srv, nil
+}
+
+// followedFromHistory is the history recorded for what walbox streamed
+// on a standby that was then promoted under it, nil if the last session
+// found no such promotion (standbyFollowed).
+func (f *failover) followedFromHistory() *History {
+	if !f.followed {
+		return nil
+	}
+	return &f.followedFrom
+}
 
 // historyResume is what a new session does about the history it streamed
 // before.
@@ -110,11 +222,12 @@ func resumeOnHistory(last History, pos pglogrepl.LSN, srv serverHistory) history
 // when the last such failover was noticed; 0 and the zero time when none.
 // It backs /readyz's detail. Safe for concurrent use.
 func (r *Relay) FailoverErased() (events uint64, at time.Time) {
-	n := r.erasedEvents.Load()
+	f := &r.failover
+	n := f.erasedEvents.Load()
 	if n == 0 {
 		return 0, time.Time{}
 	}
-	return n, time.Unix(0, r.erasedAt.Load()).UTC()
+	return n, time.Unix(0, f.erasedAt.Load()).UTC()
 }
 
 // HistoryRewound returns how many times the server's history was found
@@ -123,49 +236,79 @@ func (r *Relay) FailoverErased() (events uint64, at time.Time) {
 // transactions now. It feeds the trailing slot's keeper
 // (retention.Config.Rewound). Safe for concurrent use.
 func (r *Relay) HistoryRewound() (n uint64, to pglogrepl.LSN) {
-	n = r.rewinds.Load()
-	return n, pglogrepl.LSN(r.rewoundTo.Load())
+	n = r.failover.rewinds.Load()
+	return n, pglogrepl.LSN(r.failover.rewoundTo.Load())
 }
 
 // adoptHistory runs when a session has identified its server, before it
 // starts replication: it caps the start position to the history walbox
-// shares with the server, drops LSN-keyed state the new history makes
-// stale, and reports what the failover erased. It returns the position to
-// request.
+// shares with the server (failover.adopt), drops LSN-keyed state the new
+// history makes stale, and reports what the failover erased. It returns the
+// position to request.
 func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN {
-	last := r.history
-	r.history = srv.History
-	h := resumeOnHistory(last, pos, srv)
-	r.followed = h.switched && r.onStandby && standbyFollowed(last, r.standbyFrom, srv)
-	r.followedFrom = last
-	if srv.InRecovery && !r.onStandby {
-		r.standbyFrom = pos
+	start, cutoff, switched := r.failover.adopt(pos, srv, r.lastCommit)
+	if !switched {
+		return start
 	}
-	r.onStandby = srv.InRecovery
-	if r.followed {
-		r.log.Info("the standby walbox decodes was promoted, or followed a new timeline, while walbox streamed from it: what walbox streamed is in the server's history; resuming at walbox's position",
-			"slot", r.cfg.Slot, "timeline", srv.Timeline, "previous_timeline", last.Timeline, "switch_points", srv.Ancestry,
+	// LSNs from the cutoff on name other transactions now.
+	// Confirmed first: a keeper that sees the rewind must not then record
+	// the old history's position as confirmed now.
+	r.confirmed.Store(min(r.confirmed.Load(), uint64(start)))
+	r.failover.rewoundTo.Store(uint64(cutoff))
+	r.failover.rewinds.Add(1)
+	r.tracker = checkpoint.New(start)
+	r.delivery.rewound(start)
+	r.dedup.forgetFrom(cutoff)
+	r.failover.sent.forgetFrom(cutoff)
+	if r.lastCommit >= cutoff {
+		// The dedup window is consulted up to lastCommit: only below the
+		// cutoff are its keys those of the same transactions.
+		r.lastCommit = 0
+		if cutoff > 0 {
+			r.lastCommit = cutoff - 1
+		}
+	}
+	return start
+}
+
+// adopt decides where a session resumes on srv, walbox being at pos with
+// lastCommit the highest commit received, records srv as the history
+// streamed, and reports what a switch erased. switched is set when
+// LSN-keyed state from cutoff on is stale (the caller drops it).
+func (f *failover) adopt(pos pglogrepl.LSN, srv serverHistory, lastCommit pglogrepl.LSN) (start, cutoff pglogrepl.LSN, switched bool) {
+	last := f.history
+	f.history = srv.History
+	h := resumeOnHistory(last, pos, srv)
+	f.followed = h.switched && f.onStandby && standbyFollowed(last, f.standbyFrom, srv)
+	f.followedFrom = last
+	if srv.InRecovery && !f.onStandby {
+		f.standbyFrom = pos
+	}
+	f.onStandby = srv.InRecovery
+	if f.followed {
+		f.log.Info("the standby walbox decodes was promoted, or followed a new timeline, while walbox streamed from it: what walbox streamed is in the server's history; resuming at walbox's position",
+			"slot", f.cfg.Slot, "timeline", srv.Timeline, "previous_timeline", last.Timeline, "switch_points", srv.Ancestry,
 			"resume_lsn", pos.String())
-		return pos
+		return pos, 0, false
 	}
 	if !h.switched {
-		return h.start
+		return h.start, 0, false
 	}
-	streamedTo := max(pos, r.lastCommit)
-	events, exact := r.sent.since(h.cutoff)
-	attrs := []any{"slot", r.cfg.Slot, "reason", h.reason, "switch_lsn", h.cutoff.String(),
+	streamedTo := max(pos, lastCommit)
+	events, exact := f.sent.since(h.cutoff)
+	attrs := []any{"slot", f.cfg.Slot, "reason", h.reason, "switch_lsn", h.cutoff.String(),
 		"timeline", srv.Timeline, "previous_timeline", last.Timeline, "resume_lsn", h.start.String()}
 	switch {
 	case h.otherCluster:
 		// Not an erasure: the events are in the history of the cluster
 		// walbox streamed before, which this one never shared.
-		r.log.Error(fmt.Sprintf("the server is another Postgres cluster than the one walbox streamed from (system %s, before %s): nothing walbox sent is taken for erased; streaming this cluster's slot from its own position. Make sure --postgres-dsn is meant to reach this cluster: Kafka now gets its events after the other's",
+		f.log.Error(fmt.Sprintf("the server is another Postgres cluster than the one walbox streamed from (system %s, before %s): nothing walbox sent is taken for erased; streaming this cluster's slot from its own position. Make sure --postgres-dsn is meant to reach this cluster: Kafka now gets its events after the other's",
 			srv.SystemID, last.SystemID),
 			append(attrs, "system_id", srv.SystemID, "previous_system_id", last.SystemID, "another_cluster", true)...)
 	case events > 0:
-		r.metrics.failoverErased.Add(float64(events))
-		r.erasedEvents.Add(events)
-		r.erasedAt.Store(time.Now().UnixNano())
+		f.erased.Add(float64(events))
+		f.erasedEvents.Add(events)
+		f.erasedAt.Store(time.Now().UnixNano())
 		qualifier := ""
 		if !exact {
 			qualifier = "at least "
@@ -174,37 +317,17 @@ func (r *Relay) adoptHistory(pos pglogrepl.LSN, srv serverHistory) pglogrepl.LSN
 		if last.Ancestry != "" {
 			streamed += fmt.Sprintf(" (switch points %s)", last.Ancestry)
 		}
-		r.log.Error(fmt.Sprintf("the database no longer has transactions walbox had already sent to Kafka: %s%d events of transactions committed between %s and %s on the history walbox streamed, %s; consumers may need to compensate for them. Streaming the new history from %s",
+		f.log.Error(fmt.Sprintf("the database no longer has transactions walbox had already sent to Kafka: %s%d events of transactions committed between %s and %s on the history walbox streamed, %s; consumers may need to compensate for them. Streaming the new history from %s",
 			qualifier, events, h.cutoff, streamedTo, streamed, h.start),
 			append(attrs, "erased_from_lsn", h.cutoff.String(), "erased_to_lsn", streamedTo.String(),
 				"erased_events", events, "erased_events_exact", exact)...)
 	case streamedTo > h.cutoff:
-		r.log.Warn(fmt.Sprintf("walbox had streamed past the end of the history it shares with the server (to %s), sending no events from there; streaming the new history from %s",
+		f.log.Warn(fmt.Sprintf("walbox had streamed past the end of the history it shares with the server (to %s), sending no events from there; streaming the new history from %s",
 			streamedTo, h.start), attrs...)
 	default:
-		r.log.Info("the server's history changed; walbox had not streamed past the shared part", attrs...)
+		f.log.Info("the server's history changed; walbox had not streamed past the shared part", attrs...)
 	}
-	// LSNs from the cutoff on name other transactions now.
-	// Confirmed first: a keeper that sees the rewind must not then record
-	// the old history's position as confirmed now.
-	r.confirmed.Store(min(r.confirmed.Load(), uint64(h.start)))
-	r.rewoundTo.Store(uint64(h.cutoff))
-	r.rewinds.Add(1)
-	r.tracker = checkpoint.New(h.start)
-	if r.eos != nil {
-		r.eos.safe = min(r.eos.safe, h.start)
-	}
-	r.dedup.forgetFrom(h.cutoff)
-	r.sent.forgetFrom(h.cutoff)
-	if r.lastCommit >= h.cutoff {
-		// The dedup window is consulted up to lastCommit: only below the
-		// cutoff are its keys those of the same transactions.
-		r.lastCommit = 0
-		if h.cutoff > 0 {
-			r.lastCommit = h.cutoff - 1
-		}
-	}
-	return h.start
+	return h.start, h.cutoff, true
 }
 
 // standbyFollowed reports whether srv's history continues last, the

@@ -138,9 +138,9 @@ func TestFailoverErasedIsReported(t *testing.T) {
 	old := History{SystemID: "71", Timeline: 1, Database: "app", Slot: "walbox"}
 	promoted := serverHistory{History: old, WALEnd: 0x9000, Switches: map[int32]pglogrepl.LSN{1: 0x2000}}
 	promoted.Timeline = 2
-	r.history = old
+	r.failover.history = old
 	for _, k := range []replayKey{{0x1000, 0}, {0x3000, 0}, {0x3000, 1}, {0x4000, 0}} {
-		r.sent.acked(k, false)
+		r.failover.sent.acked(k, false)
 	}
 	before := time.Now()
 	if start := r.adoptHistory(0x5000, promoted); start != 0x2000 {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -148,9 +147,7 @@ func (tl *testLoop) newSession() *loop {
 	r := tl.relay
 	r.dec.Reset()
 	r.tracker.Rewind()
-	l := &loop{Relay: r, produceCtx: context.Background(), lastReceive: time.Now(),
-		receiveTimeout: r.cfg.ReceiveTimeout, replayUntil: r.lastCommit}
-	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
+	l := newLoop(r, nil, context.Background(), r.cfg.ReceiveTimeout, 0)
 	return l
 }
 

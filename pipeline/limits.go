@@ -133,7 +133,7 @@ type topicLimit struct {
 // run caps at the brokers' message.max.bytes), which franz-go enforces
 // itself.
 func (l *loop) limitFor(topic string) topicLimit {
-	c := &l.limits
+	c := l.limits
 	if topic == c.lastTopic && c.last.bytes != 0 {
 		return c.last
 	}

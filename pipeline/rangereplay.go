@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"regexp"
@@ -290,8 +289,11 @@ func Replay(ctx context.Context, cfg ReplayConfig, producer Producer, rt Router,
 	// Streamed like walbox run, so a large transaction in the range does
 	// not spill on the primary either.
 	r.major = serverMajor(conn.ParameterStatus("server_version"))
-	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "walbox_replay_spool_bytes"}))
-	defer r.spool.close()
+	sp := newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, prometheus.NewGauge(prometheus.GaugeOpts{Name: "walbox_replay_spool_bytes"}))
+	defer sp.close()
+	r.streams = &streams{cfg: &Config{SpoolDir: cfg.SpoolDir}, log: log, dec: r.dec, spool: sp,
+		metrics: newStreamMetrics(prometheus.NewRegistry()), fallback: r.restartFor,
+		who: "the replay", retryBlock: "run the replay again", retryCommit: "run the replay again"}
 	if err := r.startReplication(ctx, 0); err != nil {
 		return res, err
 	}
@@ -432,10 +434,9 @@ type rangeReplay struct {
 	lastEnd   pglogrepl.LSN
 	events    int
 	done      bool
-	// spool keeps streamed transactions until their commit, as in the
-	// relay (stream.go); streamsSeen are those whose first block came.
-	spool       *spool
-	streamsSeen map[uint32]bool
+	// streams keeps streamed transactions until their commit and hands
+	// them on whole, as in the relay (stream.go).
+	streams *streams
 	// major is the server's major version; unstream the transaction the
 	// replay speaks protocol version 1 for (0 when it streams), and
 	// unstreamOpen whether its Begin came (see restartFor).
@@ -572,29 +573,19 @@ func (r *rangeReplay) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	if err != nil {
 		return fmt.Errorf("decode WAL message at %s: %w", walStart, err)
 	}
-	switch m := msg.(type) {
-	case *decoder.StreamStart:
-		if !m.First && !r.streamsSeen[m.XID] {
-			return fmt.Errorf("stream block of xid %d is not the transaction's first, but the replay never saw its first one; run the replay again", m.XID)
-		}
-		r.streamsSeen[m.XID] = true
-		return r.restartFor(m.XID, r.spool.start(m.XID, m.First))
-	case *decoder.StreamChange:
-		return r.restartFor(m.TopXID, r.spool.append(m))
-	case *decoder.StreamStop:
-		return nil
-	case *decoder.StreamAbort:
-		if m.Whole() {
-			r.spool.drop(m.XID)
-			delete(r.streamsSeen, m.XID)
-		} else {
-			r.spool.abortSub(m.XID, m.SubXID)
-		}
-		return nil
-	case *decoder.StreamCommit:
-		return r.replayStreamed(m)
+	c, commit := msg.(*decoder.StreamCommit)
+	if commit && r.streams.received(c.XID) {
+		r.res.Streamed++
+		defer r.streams.drop(c.XID)
 	}
-	return r.handleDecoded(msg)
+	ok, _, begin, err := r.streams.feed(msg)
+	if !ok {
+		return r.handleDecoded(msg)
+	}
+	if err != nil || begin == nil {
+		return err
+	}
+	return r.replayStreamed(begin)
 }
 
 // startReplication starts the temporary slot's stream at start (0: the
@@ -605,8 +596,7 @@ func (r *rangeReplay) startReplication(ctx context.Context, start pglogrepl.LSN)
 		sessionPluginArgs(r.major, r.unstream)
 	r.dec.Reset()
 	r.dec.SetStreaming(streams)
-	r.spool.reset()
-	r.streamsSeen = map[uint32]bool{}
+	r.streams.reset()
 	r.unstreamOpen = false
 	if err := pglogrepl.StartReplication(ctx, r.conn, r.res.TempSlot, start, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return fmt.Errorf("start replication on temporary slot %q from %s: %w", r.res.TempSlot, start, err)
@@ -710,50 +700,26 @@ func endCopy(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 }
 
-// replayStreamed hands on a committed streamed transaction from the spool
-// as Begin, its changes and Commit. Producing blocks when the client's
-// buffer is full, so reading it back at once keeps memory bounded.
-func (r *rangeReplay) replayStreamed(c *decoder.StreamCommit) error {
-	if !r.streamsSeen[c.XID] {
-		return fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes the replay never received; run the replay again", c.XID, c.CommitLSN)
-	}
-	delete(r.streamsSeen, c.XID)
-	defer r.spool.drop(c.XID)
-	r.res.Streamed++
-	rd, err := r.spool.open(c.XID)
-	if err != nil {
-		return r.restartFor(c.XID, err)
-	}
-	begin, err := r.dec.BeginStreamed(c)
-	if err != nil {
-		return err
-	}
+// replayStreamed hands on a committed streamed transaction, begin being
+// its Begin, from the spool as Begin, its changes and Commit (streams.next).
+// Producing blocks when the client's buffer is full, so reading it back at
+// once keeps memory bounded.
+func (r *rangeReplay) replayStreamed(begin decoder.Decoded) error {
 	if err := r.handleDecoded(begin); err != nil || r.done {
 		return err
 	}
-	for rd != nil {
-		ch, err := rd.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for {
+		_, msg, last, err := r.streams.next()
 		if err != nil {
-			// What went out of it goes out again: a replay's
-			// events may come twice, never be missing.
-			return r.restartFor(c.XID, err)
+			// A read failing midway restarts the stream (restartFor):
+			// what went out of it goes out again, a replay's events may
+			// come twice, never be missing.
+			return err
 		}
-		msg, err := r.dec.Decode(ch.LSN, ch.Data)
-		if err != nil {
-			return fmt.Errorf("decode streamed change of xid %d at %s: %w", ch.XID, ch.LSN, err)
-		}
-		if err := r.handleDecoded(msg); err != nil {
+		if err := r.handleDecoded(msg); err != nil || last {
 			return err
 		}
 	}
-	commit, err := r.dec.CommitStreamed(c)
-	if err != nil {
-		return err
-	}
-	return r.handleDecoded(commit)
 }
 
 // handleDecoded handles one message of a transaction, received as such or

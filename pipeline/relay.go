@@ -52,19 +52,9 @@ type Relay struct {
 	tables  map[string]struct{}
 	foreign foreignLog
 	limits  topicLimitCache
-	// history is the history of the server the last session streamed
-	// from; sent counts what it sent per transaction (failover.go).
-	history History
-	sent    sentLedger
-	// onStandby is set while sessions decode a server in recovery
-	// (DecodeFromStandby); standbyFrom is where the first of them started.
-	// followed is set when the last session found such a server promoted
-	// (or on a new timeline) under walbox, and followedFrom is the history
-	// recorded for what walbox streamed there (standbyFollowed).
-	onStandby    bool
-	standbyFrom  pglogrepl.LSN
-	followed     bool
-	followedFrom History
+	// failover is the failover part: server identity, histories, the
+	// ledger of what was sent, resume decisions (failover.go).
+	failover failover
 	// timeoutLogged is set once the effective receive timeout was logged.
 	timeoutLogged bool
 
@@ -72,11 +62,9 @@ type Relay struct {
 	tracker *checkpoint.Tracker
 	dec     *decoder.Decoder
 
-	// failure is the first permanent failure; failed is closed when it is
-	// set. Only standByAfterFence clears them, between sessions.
-	failMu  sync.Mutex
-	failure atomic.Pointer[error]
-	failed  chan struct{}
+	// fails holds the first permanent failure. Only standByAfterFence
+	// clears it, between sessions.
+	fails failState
 
 	streaming atomic.Bool
 	// standby is set while the slot is held by another process and
@@ -85,17 +73,10 @@ type Relay struct {
 	// confirmed is the position last sent to the server in a status update.
 	confirmed atomic.Uint64
 
-	// eos is the exactly-once state (txn.go); nil in at-least-once mode.
-	eos *eosState
+	// delivery is the delivery mode: atLeastOnce (delivery.go) or the
+	// exactly-once eosState (eos_txn.go).
+	delivery deliveryMode
 
-	// erasedEvents and erasedAt (Unix nanoseconds) report what failovers
-	// erased since the start (FailoverErased).
-	erasedEvents atomic.Uint64
-	erasedAt     atomic.Int64
-	// rewinds counts history switches, rewoundTo is the last one's
-	// shared end (HistoryRewound).
-	rewinds   atomic.Uint64
-	rewoundTo atomic.Uint64
 	// slotGap reports a slot someone else moved ahead (slotgap.go).
 	slotGap *slotGap
 
@@ -121,13 +102,15 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 		router:   rt,
 		inflight: newInflight(cfg.MaxInflightRecords, cfg.MaxInflightBytes),
 		dec:      decoder.New(),
-		failed:   make(chan struct{}),
 	}
+	r.fails.failed = make(chan struct{})
 	r.metrics = newMetrics(reg, r.inflight)
 	r.streamMetrics = newStreamMetrics(reg)
 	r.slotGap = newSlotGap(reg)
 	r.spool = newSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, r.streamMetrics.spoolBytes)
 	r.dedup = newDedupWindow(cfg.DedupWindow)
+	r.failover = failover{cfg: &r.cfg, log: log, erased: r.metrics.failoverErased}
+	r.delivery = &atLeastOnce{sent: &r.failover.sent}
 	if cfg.Delivery == DeliveryExactlyOnce {
 		txp, ok := producer.(TxnProducer)
 		if !ok {
@@ -136,7 +119,7 @@ func New(cfg Config, producer Producer, rt Router, reg prometheus.Registerer, lo
 		if cfg.State == nil {
 			return nil, fmt.Errorf("pipeline: delivery %s needs Config.State (a KafkaState on %q)", DeliveryExactlyOnce, cfg.StateTopic)
 		}
-		r.eos = newEOSState(cfg, txp, reg)
+		r.delivery = newEOSState(&r.cfg, txp, reg, log, &r.fails, r.inflight, &r.failover.sent, r.metrics.produceErrors)
 		// The dedup window remembers acknowledged records, but in a
 		// transaction an acknowledged record is not committed: the state
 		// topic decides what is skipped instead.
@@ -157,23 +140,44 @@ func (r *Relay) Streaming() bool { return r.streaming.Load() }
 // concurrent use.
 func (r *Relay) Confirmed() pglogrepl.LSN { return pglogrepl.LSN(r.confirmed.Load()) }
 
+// failState is the first permanent failure of a relay; failed is closed
+// when it is set. The relay and each session's loop share it.
+type failState struct {
+	mu      sync.Mutex
+	failure atomic.Pointer[error]
+	failed  chan struct{}
+}
+
 // fail records the first permanent failure and wakes the loop. Safe for
 // concurrent use (called from promise callbacks).
-func (r *Relay) fail(err error) {
-	r.failMu.Lock()
-	defer r.failMu.Unlock()
-	if r.failure.Load() == nil {
-		r.failure.Store(&err)
-		close(r.failed)
+func (f *failState) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failure.Load() == nil {
+		f.failure.Store(&err)
+		close(f.failed)
 	}
 }
 
-func (r *Relay) failureErr() error {
-	if p := r.failure.Load(); p != nil {
+func (f *failState) failureErr() error {
+	if p := f.failure.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
+
+// clear forgets the failure (standByAfterFence, between sessions).
+func (f *failState) clear() {
+	f.mu.Lock()
+	f.failure.Store(nil)
+	f.failed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// fail records the first permanent failure (failState.fail).
+func (r *Relay) fail(err error) { r.fails.fail(err) }
+
+func (r *Relay) failureErr() error { return r.fails.failureErr() }
 
 // Run streams from start, normally the slot's confirmed_flush_lsn, until ctx
 // is cancelled (it then drains in-flight acks, confirms what they cover and
@@ -183,9 +187,7 @@ func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	r.spool.cleanup()
 	defer r.spool.close()
 	r.tracker = checkpoint.New(start)
-	if r.eos != nil {
-		r.eos.safe = start
-	}
+	r.delivery.run(start)
 	r.metrics.confirmedLSN.Set(float64(start))
 	retry := reconnectSchedule{lo: r.cfg.BackoffMin, hi: r.cfg.BackoffMax}
 	var repeats repeatedWarning
@@ -307,7 +309,7 @@ func (r *Relay) flushLostSession(ctx context.Context) (purged bool, err error) {
 		}
 		return false, nil
 	}
-	if r.eos == nil && r.inflight.records.Load() == 0 {
+	if !r.delivery.buffersUncounted() && r.inflight.records.Load() == 0 {
 		// Nothing to wait for (a standby's retry, say): no Flush, which
 		// logs a line each time. (In exactly-once mode the state record
 		// is not counted in flight, and a transactional client logs its
@@ -328,7 +330,7 @@ func (r *Relay) flushLostSession(ctx context.Context) (purged bool, err error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := ab.AbortBufferedRecords(actx); err != nil {
-		if r.eos != nil {
+		if r.delivery.lostSessionAborted() {
 			// Records of a Kafka transaction that is never committed
 			// stay invisible to read_committed consumers; the next
 			// session aborts it, or the holder's producer id load does.

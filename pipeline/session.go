@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -17,11 +19,6 @@ import (
 	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/router"
 )
-
-// identifyHook, when set by a test, runs between the session's first
-// question to the server about what it is and the next (a promotion
-// happening in between).
-var identifyHook func()
 
 // session runs one replication connection from connect to close. It returns
 // nil after a clean stop (ctx cancelled), otherwise the error that ended it;
@@ -48,61 +45,14 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	// A new walsender session re-sends Relation messages and every
 	// transaction after the confirmed position, whole.
 	r.dec.Reset()
-	if r.eos != nil {
-		// Acks of an aborted transaction's records count in the tracker:
-		// start again from what Kafka committed.
-		r.tracker = checkpoint.New(r.eos.safe)
-	}
+	// Exactly-once: acks of an aborted transaction's records count in the
+	// tracker, so it starts again from what Kafka committed.
+	r.tracker = r.delivery.sessionTracker(r.tracker)
 	start := r.tracker.Rewind()
-	// The server's history: what walbox's position is checked against
-	// (failover.go) and, in exactly-once mode, what the committed position
-	// is checked against and recorded with (history.go).
-	//
-	// Whether the server is a standby is asked first: a server being
-	// promoted answers IDENTIFY_SYSTEM with its old timeline and replayed
-	// WAL, then pg_is_in_recovery() with false, and the session would
-	// stream the new timeline recorded as the old one (the next session
-	// then took the new timeline's events for erased by a failover). A
-	// server that is not in recovery never goes back to it within a
-	// connection.
-	inRecovery, err := serverInRecovery(ctx, conn)
+	// The server's identity and history (failover.go).
+	srv, err := r.failover.identify(ctx, conn, r.delivery.needsHistory())
 	if err != nil {
 		return false, err
-	}
-	if identifyHook != nil {
-		identifyHook()
-	}
-	srv, err := identifySystem(ctx, conn, r.cfg.Slot)
-	if err != nil {
-		return false, err
-	}
-	srv.InRecovery = inRecovery
-	// The timeline's history is read on every connect: two servers on the
-	// same timeline number can hold different histories (failover.go).
-	// At least once, a history that cannot be read shares nothing known
-	// beyond what the timeline numbers say (failover.go).
-	if err := readAncestry(ctx, conn, &srv); err != nil && r.eos != nil {
-		return false, err
-	}
-	if srv.InRecovery && !r.cfg.DecodeFromStandby {
-		// A standby is not a failover: its shorter WAL says nothing
-		// about what the primary holds. Nothing is adopted from it.
-		return false, &standbyServerError{host: conn.Conn().RemoteAddr().String(), walEnd: srv.WALEnd, timeline: srv.Timeline}
-	}
-	if srv.InRecovery {
-		r.log.Info("decoding from a standby (the server is in recovery), as configured (DecodeFromStandby; walbox run: --heartbeat-interval=0); its WAL is taken for the primary's as far as it has replayed it",
-			"slot", r.cfg.Slot, "timeline", srv.Timeline, "replayed_lsn", srv.WALEnd.String())
-	}
-	if r.onStandby {
-		// Whether walbox confirmed this slot past a switch point the
-		// standby it decoded crossed (standbyFollowed). Unread, the
-		// switch is handled as any other.
-		if row, err := simpleQueryRow(ctx, conn, fmt.Sprintf(`SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s`, quoteLiteral(r.cfg.Slot))); err == nil {
-			srv.SlotConfirmed, _ = pglogrepl.ParseLSN(row[0])
-		}
-	}
-	if r.eos != nil {
-		r.eos.server = srv
 	}
 	start = r.adoptHistory(start, srv)
 	unstream := r.unstreamXID
@@ -127,12 +77,10 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		return false, err
 	}
 	r.leaveStandby()
-	if r.eos != nil {
-		// Only now, holding the slot: loading the producer id fences any
-		// other producer with this transactional id.
-		if err := r.eosStartSession(ctx); err != nil {
-			return false, err
-		}
+	// Only now, holding the slot: exactly-once loads the producer id,
+	// which fences any other producer with its transactional id.
+	if r.producer, err = r.delivery.startSession(ctx, r.producer, srv, r.failover.followedFromHistory()); err != nil {
+		return false, err
 	}
 	r.slotStreamed(conn, gap)
 	r.log.Info("streaming", "slot", r.cfg.Slot, "publication", r.cfg.Publication, "lsn", start.String(),
@@ -140,19 +88,18 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 	r.streaming.Store(true)
 	r.metrics.streaming.Set(1)
 
-	l := loop{Relay: r, conn: conn, produceCtx: context.WithoutCancel(ctx), lastReceive: time.Now(),
-		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit, unstream: unstreamState{xid: unstream}}
+	l := newLoop(r, conn, context.WithoutCancel(ctx), receiveTimeout, unstream)
 	if unstream != 0 {
-		var stop func()
-		l.unstream.watch, stop = r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
+		w, stop := r.watchXactEnd(ctx, unstream, r.cfg.StatusInterval)
+		l.stream.watch(w)
 		defer stop()
 	}
-	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
-	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
+	defer func() {
+		r.lastCommit = max(r.lastCommit, l.lastCommit)
+		r.unstreamXID = l.stream.unstreamXID
+	}()
 	err = l.run(ctx)
-	if r.eos != nil {
-		l.eosEndSession(ctx)
-	}
+	l.delivery.endSession(ctx)
 	return true, err
 }
 
@@ -186,7 +133,32 @@ func quotePublication(name string) string {
 // loop is the state of one streaming session; all of it belongs to the
 // goroutine that runs it.
 type loop struct {
-	*Relay
+	// What the loop uses of its relay: configuration, collaborators and
+	// the state that outlives a session (newLoop).
+	cfg      *Config
+	log      *slog.Logger
+	producer Producer
+	router   Router
+	metrics  *metrics
+	// stream is the streaming part: spool and protocol-1 fallback
+	// (stream.go).
+	stream   *streams
+	inflight *inflight
+	dedup    *dedupWindow
+	reroute  *rerouteQueue
+	messages *messageRelations
+	tables   map[string]struct{}
+	foreign  *foreignLog
+	limits   *topicLimitCache
+	tracker  *checkpoint.Tracker
+	dec      *decoder.Decoder
+	fails    *failState
+	// confirmed is Relay.confirmed: the position last sent to the server.
+	confirmed *atomic.Uint64
+	// delivery is the delivery mode, called at the points of the loop
+	// named in delivery.go.
+	delivery delivery
+
 	conn       *pgconn.PgConn
 	produceCtx context.Context
 	txn        *checkpoint.Txn
@@ -215,15 +187,29 @@ type loop struct {
 	promise func(*kgo.Record, error)
 	// readDeadline is the deadline last set on the socket.
 	readDeadline time.Time
-	// replay is the streamed transaction being handed on from the spool,
-	// nil when none (stream.go); streamsSeen holds the streamed
-	// transactions whose first block this session received.
-	replay      *streamReplay
-	streamsSeen map[uint32]bool
-	// unstream is the transaction this session was started with protocol
-	// version 1 for (Relay.unstreamXID), 0 when none; see stream.go.
-	unstream unstreamState
 }
+
+// newLoop is the loop of a session of r on conn (nil in unit tests).
+func newLoop(r *Relay, conn *pgconn.PgConn, produceCtx context.Context, receiveTimeout time.Duration, unstream uint32) *loop {
+	l := &loop{
+		cfg: &r.cfg, log: r.log, producer: r.producer, router: r.router,
+		metrics: r.metrics, stream: newStreams(r, unstream), inflight: r.inflight,
+		dedup: r.dedup, reroute: &r.reroute, messages: &r.messages, tables: r.tables,
+		foreign: &r.foreign, limits: &r.limits,
+		tracker: r.tracker, dec: r.dec, fails: &r.fails, confirmed: &r.confirmed, delivery: r.delivery,
+		conn: conn, produceCtx: produceCtx, lastReceive: time.Now(),
+		receiveTimeout: receiveTimeout, replayUntil: r.lastCommit,
+	}
+	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
+	r.delivery.bind(l, produceCtx)
+	return l
+}
+
+// fail records the first permanent failure (failState.fail). Safe for
+// concurrent use.
+func (l *loop) fail(err error) { l.fails.fail(err) }
+
+func (l *loop) failureErr() error { return l.fails.failureErr() }
 
 func (l *loop) run(ctx context.Context) error {
 	for {
@@ -243,10 +229,8 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if l.eos != nil {
-			if err := l.eosTick(ctx); err != nil {
-				return err
-			}
+		if err := l.delivery.tick(ctx); err != nil {
+			return err
 		}
 		l.produceRerouted()
 		if l.inflight.full() {
@@ -262,9 +246,9 @@ func (l *loop) run(ctx context.Context) error {
 			continue
 		}
 		if l.unstreamDone() {
-			return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", l.unstream.xid)}
+			return l.stream.endFallback()
 		}
-		if l.replay != nil {
+		if l.stream.replaying() != nil {
 			// A committed streamed transaction is handed on before
 			// anything later is read: commit order.
 			if err := l.replayStep(); err != nil {
@@ -288,6 +272,38 @@ func (l *loop) run(ctx context.Context) error {
 	}
 }
 
+// wakeAt is when the loop must stop waiting for WAL: the next status
+// update, or a delivery mode's tick that is due earlier (an exactly-once
+// commit; a commit that ends interrupts the wait itself).
+func (l *loop) wakeAt() time.Time {
+	if due := l.delivery.due(); !due.IsZero() && due.Before(l.nextStatus) {
+		return due
+	}
+	return l.nextStatus
+}
+
+// The loop is the delivery mode's sessionLink (delivery.go).
+
+func (l *loop) confirmNow(ctx context.Context) error {
+	if l.conn == nil {
+		return errNoConnection
+	}
+	return l.sendStatus(ctx)
+}
+
+func (l *loop) tracked() pglogrepl.LSN { return l.tracker.Confirmed() }
+
+func (l *loop) send(rec *kgo.Record) { l.producer.Produce(l.produceCtx, rec, l.promise) }
+
+// interrupt runs in another goroutine: l.conn is set before it starts.
+func (l *loop) interrupt() {
+	if l.conn != nil {
+		_ = l.conn.Conn().SetReadDeadline(time.Now())
+	}
+}
+
+func (l *loop) interrupted() { l.readDeadline = time.Time{} }
+
 // waitForAcks parks the loop until an ack frees room, the next status update
 // is due, the relay fails, or ctx ends.
 func (l *loop) waitForAcks(ctx context.Context) {
@@ -297,7 +313,7 @@ func (l *loop) waitForAcks(ctx context.Context) {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	failed := l.failed
+	failed := l.fails.failed
 	if l.failureErr() != nil {
 		failed = nil // already known; wait for the acks still to come
 	}
@@ -388,12 +404,90 @@ func (l *loop) handleWAL(walStart pglogrepl.LSN, walData []byte) error {
 	return l.handleDecoded(walStart, msg)
 }
 
+// The loop and the streaming part (stream.go).
+
+// handleStream feeds msg to the streaming part if it is a stream message
+// (ok); a Stream Commit's transaction is then handled as any other.
+func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
+	ok, lsn, begin, err := l.stream.feed(msg)
+	if !ok || err != nil || begin == nil {
+		return ok, err
+	}
+	if err := l.handleDecoded(lsn, begin); err != nil {
+		return true, err
+	}
+	return true, l.replayStep()
+}
+
+// replayBatch is how many spooled changes one loop turn hands on at most.
+const replayBatch = 256
+
+// replayStep hands on the next changes of the streamed transaction being
+// replayed, until the in-flight limit is reached, the relay fails or
+// replayBatch changes were handled; at the end of the spooled changes it
+// ends the transaction.
+func (l *loop) replayStep() error {
+	for i := 0; i <= replayBatch; i++ {
+		if l.stream.spooled() && (i == replayBatch || l.inflight.full() || l.failureErr() != nil) {
+			return nil
+		}
+		lsn, msg, last, err := l.stream.next()
+		if err != nil {
+			return err
+		}
+		if err := l.handleDecoded(lsn, msg); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+	return nil
+}
+
+// unstreamDone reports whether the session can end to stream again: the
+// transaction it was for ended, the position the next session starts from
+// is past its end, and no transaction is half handed on.
+func (l *loop) unstreamDone() bool {
+	target := l.stream.fallbackEnd()
+	if target == 0 {
+		return false
+	}
+	if l.dec.InTransaction() || !l.delivery.idle() {
+		return false
+	}
+	return l.resumePosition() >= target
+}
+
+// unstreamDrain closes the Kafka transaction of exactly-once mode once the
+// session has received past X's end, and holds reading until it committed:
+// under steady traffic a Kafka transaction is open nearly all the time, and
+// unstreamDone, which waits for none to be, never held (325,199
+// transactions in 60 s kept the session on protocol version 1 for good).
+// It reports whether the loop must not read WAL now.
+func (l *loop) unstreamDrain(ctx context.Context) (bool, error) {
+	if l.dec.InTransaction() {
+		return false, nil
+	}
+	target := l.stream.fallbackEnd()
+	if target == 0 || l.received < target {
+		return false, nil
+	}
+	return l.delivery.flushUnits(ctx, l.tracker.Confirmed())
+}
+
+// resumePosition is where a new session would start: what Kafka
+// acknowledged (at least once) or committed (exactly once).
+func (l *loop) resumePosition() pglogrepl.LSN {
+	return l.delivery.resumeFrom(l.tracker.Confirmed())
+}
+
 // handleDecoded handles one decoded message of a transaction, received as
 // such or read back from the spool after its Stream Commit (stream.go).
 func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error {
 	switch m := msg.(type) {
-	case *decoder.Begin:
-		l.unstreamBegin(m.XID)
+	case *decoder.Begin: // a unit begins
+		l.stream.begun(m.XID)
 		l.txn = l.tracker.Begin()
 		l.ord = 0
 		l.lastCommit = max(l.lastCommit, m.CommitLSN)
@@ -428,17 +522,15 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 		if m.Kind == 'U' && m.Relation != nil && l.routes(m.Relation) {
 			return l.outboxUpdate(m.Relation, walStart)
 		}
-	case *decoder.Commit:
-		l.unstreamCommit(m.EndLSN)
+	case *decoder.Commit: // the unit is done
+		l.stream.committed(m.EndLSN)
 		if l.txn != nil {
 			l.tracker.Commit(l.txn, m.EndLSN)
 			l.txn = nil
 		}
 		l.metrics.transactions.Inc()
 		l.metrics.receivedLSN.Set(float64(m.EndLSN))
-		if l.eos != nil {
-			l.eosUnitDone(replayKey{commit: m.CommitLSN}, m.EndLSN)
-		}
+		l.delivery.unitDone(replayKey{commit: m.CommitLSN}, m.EndLSN)
 	}
 	return nil
 }
@@ -448,7 +540,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 // come again, so a transaction past them ends the replay and later changes
 // cost one comparison.
 func (l *loop) replayed(key replayKey) bool {
-	if l.eosSkips(key) {
+	if l.delivery.skips(key) {
 		return true
 	}
 	if key.commit <= l.replayUntil {
@@ -484,9 +576,7 @@ func (l *loop) handleInsert(ins *decoder.Insert, key replayKey) error {
 	if err != nil {
 		return err
 	}
-	if l.eos != nil {
-		rec = l.eosDivert(rec, m)
-	}
+	rec = l.delivery.divert(rec, m)
 	l.txn.Add(1)
 	l.remember(key)
 	l.produce(rec, m)
@@ -557,10 +647,10 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	key := replayKey{commit: m.LSN, ord: nonTransactional}
 	l.lastCommit = max(l.lastCommit, m.LSN)
-	if l.eosSkips(key) {
+	if l.delivery.skips(key) {
 		// Dead-lettered and committed in Kafka before: counted and
 		// logged as a skipped unit, like a transaction.
-		l.eosUnitDone(key, m.LSN)
+		l.delivery.unitDone(key, m.LSN)
 		return nil
 	}
 	if l.replayed(key) {
@@ -596,8 +686,8 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 	}
 	l.remember(key)
 	l.produce(rec, im)
-	if standalone && l.eos != nil {
-		l.eosUnitDone(key, m.LSN)
+	if standalone {
+		l.delivery.unitDone(key, m.LSN)
 	}
 	return nil
 }
@@ -637,24 +727,25 @@ func (m *inflightRecord) origin() router.Origin {
 	return router.Origin{Table: m.table(), LSN: m.lsn, XID: m.xid}
 }
 
-// produce hands rec to the producer. Only the loop calls it, after checking
-// the in-flight limit, so Produce never blocks.
+// produce hands rec to the producer: the point where a record is produced.
+// Only the loop calls it, after checking the in-flight limit, so Produce
+// never blocks.
 func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 	m.Context = context.Background()
 	m.size = recordSize(rec)
 	rec.Context = m
 	l.inflight.add(m.size)
-	if l.eos != nil && !l.eosProduce(rec) {
-		return // queued while a commit runs
+	if !l.delivery.produce(rec) {
+		return // held back by the delivery mode (queued while a commit runs)
 	}
 	l.producer.Produce(l.produceCtx, rec, l.promise)
 }
 
 // settle runs in a franz-go callback goroutine; promise (built once per
-// session) calls it with the record's inflightRecord.
+// session) calls it with the record's inflightRecord. It is the point where
+// a record is acknowledged (err nil) or refused.
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
-	if err != nil && l.eos != nil {
-		l.eosSettleError(rec, m, err)
+	if err != nil && l.delivery.refused(rec, m, err) {
 		return
 	}
 	if err != nil && errors.Is(err, kgo.ErrAborting) {
@@ -665,7 +756,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 	}
 	if err != nil {
 		l.metrics.produceErrors.Inc()
-		if tooLarge(err) && !l.recordTooLarge(rec) {
+		if tooLarge(err) && !recordTooLarge(rec, l.cfg.MaxBatchBytes) {
 			// The broker refused the batch this record was in, not
 			// this record: dead-lettering it would divert a valid
 			// event. Only an operator can fix the limits.
@@ -692,7 +783,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
-	l.sent.acked(m.key, l.eos != nil)
+	l.delivery.acked(m.key)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
 		l.metrics.eventsDeadLettered.Inc()
@@ -708,8 +799,8 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 
 // recordTooLarge reports whether rec alone comes near the batch limit; the
 // margin covers the batch and record headers Kafka counts too.
-func (l *loop) recordTooLarge(rec *kgo.Record) bool {
-	return recordSize(rec) > int64(l.cfg.MaxBatchBytes)-512
+func recordTooLarge(rec *kgo.Record, maxBatchBytes int) bool {
+	return recordSize(rec) > int64(maxBatchBytes)-512
 }
 
 // produceRerouted sends records Kafka refused to the dead-letter topic.
@@ -740,11 +831,9 @@ func recordSize(rec *kgo.Record) int64 {
 func (l *loop) sendStatus(ctx context.Context) error {
 	lsn := l.tracker.Confirmed()
 	l.nextStatus = time.Now().Add(l.cfg.StatusInterval)
-	if l.eos != nil {
-		if l.eos.fenced.Load() {
-			return nil // another producer owns the id: confirm nothing more
-		}
-		lsn = l.eos.confirmable(lsn)
+	lsn, ok := l.delivery.mayConfirm(lsn)
+	if !ok {
+		return nil // another producer owns the id: confirm nothing more
 	}
 	if lsn == 0 {
 		return nil
@@ -797,16 +886,12 @@ func (l *loop) drain(ctx context.Context) {
 func (l *loop) confirmBeforeFailing(cause error) {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
-	if l.eos != nil {
-		if l.eos.fenced.Load() {
-			return
-		}
-		l.eosSettleCommit(sctx)
+	if l.delivery.fencedOff() {
+		return
 	}
+	l.delivery.settle(sctx)
 	l.drain(sctx)
-	if l.eos != nil {
-		l.eosFinish(sctx)
-	}
+	l.delivery.finish(sctx)
 	if err := l.sendStatus(sctx); err != nil {
 		l.log.Warn("could not confirm the events before the failure", "err", err, "cause", cause)
 		return
@@ -845,20 +930,18 @@ func (l *loop) endStream(ctx context.Context) {
 func (l *loop) stop() error {
 	sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownTimeout)
 	defer cancel()
-	if l.eos != nil {
-		// No commit runs from here on: records are produced, not queued.
-		l.eosSettleCommit(sctx)
-	}
+	// No commit runs from here on: records are produced, not queued.
+	l.delivery.settle(sctx)
 	for l.dec.InTransaction() && sctx.Err() == nil && l.failureErr() == nil {
 		l.produceRerouted()
 		if l.inflight.full() {
 			l.waitForAcks(sctx)
 			continue
 		}
-		if l.replay != nil {
+		if sc := l.stream.replaying(); sc != nil {
 			if err := l.replayStep(); err != nil {
 				l.log.Warn("could not finish the streamed transaction before stopping; it will be sent again on the next start",
-					"err", err, "xid", l.replay.commit.XID, "lsn", l.replay.commit.CommitLSN.String())
+					"err", err, "xid", sc.XID, "lsn", sc.CommitLSN.String())
 				break
 			}
 			continue
@@ -876,13 +959,9 @@ func (l *loop) stop() error {
 	if l.dec.InTransaction() {
 		l.tracker.Abandon()
 	}
-	if l.eos != nil {
-		l.eosSettleCommit(sctx)
-	}
+	l.delivery.settle(sctx)
 	l.drain(sctx)
-	if l.eos != nil {
-		l.eosFinish(sctx)
-	}
+	l.delivery.finish(sctx)
 	if err := l.failureErr(); err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func (r *Relay) slotStreamed(conn *pgconn.PgConn, gap *slotAhead) {
 	if gap == nil {
 		return
 	}
-	if r.eos != nil && r.eos.skipEnd >= gap.slot {
+	if r.delivery.committedThrough() >= gap.slot {
 		return // Kafka has every transaction up to the slot's position
 	}
 	bytes := uint64(gap.slot - gap.walbox)

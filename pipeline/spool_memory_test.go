@@ -74,7 +74,7 @@ func TestSpoolMemoryPerMessage(t *testing.T) {
 	if ids := eventIDs(p.records()); ids != "a,x1,x2,b" {
 		t.Errorf("produced %q, want a,x1,x2,b (the rolled back subtransaction's row dropped)", ids)
 	}
-	if got := testutil.ToFloat64(l.streamMetrics.transactions); got != 1 {
+	if got := testutil.ToFloat64(l.stream.metrics.transactions); got != 1 {
 		t.Errorf("walbox_streamed_transactions_total %v, want 1", got)
 	}
 }

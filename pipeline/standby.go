@@ -78,15 +78,14 @@ func slotHeldElsewhere(ctx context.Context, connString, slot string) (bool, erro
 // confirmed while fenced (eosState.fenced), and the next session starts
 // from what Kafka committed.
 func (r *Relay) standByAfterFence(ferr error) bool {
-	if r.eos == nil || !r.cfg.Standby || r.cfg.NewTxnProducer == nil || !errors.Is(ferr, ErrFenced) {
+	if !r.cfg.Standby || r.cfg.NewTxnProducer == nil || !errors.Is(ferr, ErrFenced) {
 		return false
 	}
-	r.failMu.Lock()
-	r.failure.Store(nil)
-	r.failed = make(chan struct{})
-	r.failMu.Unlock()
-	r.eos.fenced.Store(false)
+	id, ok := r.delivery.unfence(r.fails.clear)
+	if !ok {
+		return false
+	}
 	r.log.Warn("exactly-once: another instance took over the transactional id (fenced); standing by until the slot is free, then taking it back",
-		"slot", r.cfg.Slot, "transactional_id", r.eos.txnID, "err", ferr)
+		"slot", r.cfg.Slot, "transactional_id", id, "err", ferr)
 	return true
 }

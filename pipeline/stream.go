@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -173,85 +174,108 @@ type unstreamState struct {
 	watch *xactEnd      // whether the server finished X; nil in unit tests
 }
 
-func (l *loop) unstreamBegin(xid uint32) {
-	if l.unstream.xid != 0 && xid == l.unstream.xid {
-		l.unstream.open = true
+// streams is the streaming part of a relay: the spool of streamed
+// transactions and the protocol-1 fallback (unstreamState). The loop feeds
+// it the stream messages (feed) and takes each committed streamed
+// transaction back whole, one message at a time (next); it tells it of
+// every Begin and Commit it handles (begun, committed), and asks it when
+// the fallback is over (fallbackEnd, endFallback). Only the loop
+// goroutine uses it.
+type streams struct {
+	cfg     *Config
+	log     *slog.Logger
+	dec     *decoder.Decoder
+	spool   *spool
+	metrics *streamMetrics
+	// fallback turns what protocol version 1 is spoken for (a stream the
+	// spool cannot hold or tell apart) into the error that restarts the
+	// stream, other errors passing: unstreamable for a relay's session,
+	// the replay's restartFor for walbox replay. who names the reader and
+	// retry tells how to start again, in the errors of a broken stream.
+	fallback                func(xid uint32, err error) error
+	who                     string
+	retryBlock, retryCommit string
+	// replay is the streamed transaction being handed on from the spool,
+	// nil when none; seen holds the streamed transactions whose first
+	// block this session received.
+	replay *streamReplay
+	seen   map[uint32]bool
+	// unstream is the transaction this session was started with protocol
+	// version 1 for (Relay.unstreamXID), 0 when none; unstreamXID is the
+	// one the next session is to be started for, 0 when none.
+	unstream    unstreamState
+	unstreamXID uint32
+}
+
+// newStreams is the streaming part of a session of r that speaks protocol
+// version 1 for unstream (0: none).
+func newStreams(r *Relay, unstream uint32) *streams {
+	s := &streams{cfg: &r.cfg, log: r.log, dec: r.dec, spool: r.spool, metrics: r.streamMetrics,
+		unstream: unstreamState{xid: unstream}, who: "this session",
+		retryBlock:  "reconnect so the server sends it again from its start",
+		retryCommit: "restart so the server sends the transaction again"}
+	s.fallback = s.unstreamable
+	return s
+}
+
+// reset forgets every streamed transaction, for a stream that starts again.
+func (s *streams) reset() {
+	s.spool.reset()
+	s.seen = map[uint32]bool{}
+	s.replay = nil
+}
+
+// received reports whether the first block of streamed transaction xid
+// came.
+func (s *streams) received(xid uint32) bool { return s.seen[xid] }
+
+// drop forgets streamed transaction xid and its spooled changes.
+func (s *streams) drop(xid uint32) {
+	if s.replay != nil && s.replay.commit.XID == xid {
+		s.replay = nil
+	}
+	s.spool.drop(xid)
+}
+
+// watch sets what tells whether the server finished X (watchXactEnd).
+func (s *streams) watch(w *xactEnd) { s.unstream.watch = w }
+
+// begun is told of every Begin the loop handles.
+func (s *streams) begun(xid uint32) {
+	if s.unstream.xid != 0 && xid == s.unstream.xid {
+		s.unstream.open = true
 	}
 }
 
-func (l *loop) unstreamCommit(end pglogrepl.LSN) {
-	if l.unstream.open {
-		l.unstream.open, l.unstream.done, l.unstream.end = false, true, end
-		l.log.Info("streamed transaction sent whole with protocol version 1", "xid", l.unstream.xid)
+// committed is told of every Commit the loop handles.
+func (s *streams) committed(end pglogrepl.LSN) {
+	if s.unstream.open {
+		s.unstream.open, s.unstream.done, s.unstream.end = false, true, end
+		s.log.Info("streamed transaction sent whole with protocol version 1", "xid", s.unstream.xid)
 	}
 }
 
-// unstreamDone reports whether the session can end to stream again: the
-// transaction it was for ended, the position the next session starts from
-// is past its end, and no transaction is half handed on.
-func (l *loop) unstreamDone() bool {
-	target := l.unstreamTarget()
-	if target == 0 {
-		return false
-	}
-	if l.replay != nil || l.dec.InTransaction() ||
-		(l.eos != nil && (l.eos.open || l.eos.committing != nil || len(l.eos.queue) > 0)) {
-		return false
-	}
-	return l.resumePosition() >= target
-}
-
-// unstreamTarget is the position past which X cannot come again: the end
-// of its Commit, or past its end record once the server says it ended; 0
-// while that is not known (or no fallback is on).
-func (l *loop) unstreamTarget() pglogrepl.LSN {
-	if l.unstream.xid == 0 || l.unstream.open {
+// fallbackEnd is the position past which X cannot come again: the end of
+// its Commit, or past its end record once the server says it ended; 0
+// while that is not known (or no fallback is on), and while a streamed
+// transaction is half handed on.
+func (s *streams) fallbackEnd() pglogrepl.LSN {
+	if s.replay != nil || s.unstream.xid == 0 || s.unstream.open {
 		return 0
 	}
-	if l.unstream.done {
-		return l.unstream.end
+	if s.unstream.done {
+		return s.unstream.end
 	}
-	if l.unstream.watch == nil {
+	if s.unstream.watch == nil {
 		return 0
 	}
-	return l.unstream.watch.end()
+	return s.unstream.watch.end()
 }
 
-// unstreamDrain closes the Kafka transaction of exactly-once mode once the
-// session has received past X's end, and holds reading until it committed:
-// under steady traffic a Kafka transaction is open nearly all the time, and
-// unstreamDone, which waits for none to be, never held (325,199
-// transactions in 60 s kept the session on protocol version 1 for good).
-// It reports whether the loop must not read WAL now.
-func (l *loop) unstreamDrain(ctx context.Context) (bool, error) {
-	if l.eos == nil || l.replay != nil || l.dec.InTransaction() {
-		return false, nil
-	}
-	target := l.unstreamTarget()
-	if target == 0 || l.received < target {
-		return false, nil
-	}
-	e := l.eos
-	switch {
-	case e.committing != nil:
-		return true, l.eosWaitCommit(ctx)
-	case e.open:
-		// Between Postgres transactions: due now, eosTick commits it.
-		e.full = true
-		return true, l.eosTick(ctx)
-	}
-	// Nothing open: what the tracker acknowledged is committed.
-	e.confirmable(l.tracker.Confirmed())
-	return false, nil
-}
-
-// resumePosition is where a new session would start: what Kafka
-// acknowledged (at least once) or committed (exactly once).
-func (l *loop) resumePosition() pglogrepl.LSN {
-	if l.eos != nil {
-		return l.eos.safe
-	}
-	return l.tracker.Confirmed()
+// endFallback is the error that ends the session to stream again, once the
+// loop found the fallback over.
+func (s *streams) endFallback() error {
+	return &connectionLostError{err: fmt.Errorf("xid %d, which protocol version 1 was spoken for, ended and the slot's position is past it; reconnecting to stream again", s.unstream.xid)}
 }
 
 // unstreamable turns errStreamAmbiguous of streamed transaction xid,
@@ -263,24 +287,24 @@ func (l *loop) resumePosition() pglogrepl.LSN {
 // of stopping walbox, or of reconnecting for ever: the same transaction
 // would fail the spool again after every restart. A spool fault costs
 // speed, not availability.
-func (l *loop) unstreamable(xid uint32, err error) error {
+func (s *streams) unstreamable(xid uint32, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, errStreamAmbiguous):
-		l.log.Warn("reconnecting with protocol version 1 so that the server sends the transaction whole at its commit", "xid", xid, "err", err)
+		s.log.Warn("reconnecting with protocol version 1 so that the server sends the transaction whole at its commit", "xid", xid, "err", err)
 	case errors.Is(err, ErrSpoolFull):
-		l.log.Warn("the streamed transaction does not fit in the spool: reconnecting with protocol version 1, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
+		s.log.Warn("the streamed transaction does not fit in the spool: reconnecting with protocol version 1, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
 			"raise --spool-max-bytes (with the disk space under --spool-dir) to stream transactions of this size", "xid", xid, "err", err)
 	case errors.Is(err, ErrSpoolUnwritable):
-		l.streamMetrics.spoolErrors.Inc()
-		l.log.Warn("the spool failed: reconnecting with protocol version 1 for this transaction, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
-			"fix the directory (free space, a writable mount, permissions) or point --spool-dir elsewhere to stream large transactions again", "xid", xid, "spool_dir", l.cfg.SpoolDir, "err", err)
+		s.metrics.spoolErrors.Inc()
+		s.log.Warn("the spool failed: reconnecting with protocol version 1 for this transaction, so that the server keeps it (spilling to its own disk, as without streaming) and sends it whole at its commit; "+
+			"fix the directory (free space, a writable mount, permissions) or point --spool-dir elsewhere to stream large transactions again", "xid", xid, "spool_dir", s.cfg.SpoolDir, "err", err)
 	default:
 		return err
 	}
-	l.unstreamXID = xid
-	l.streamMetrics.unstreamed.Inc()
+	s.unstreamXID = xid
+	s.metrics.unstreamed.Inc()
 	return &connectionLostError{err: err}
 }
 
@@ -455,101 +479,97 @@ type streamReplay struct {
 	r      *spoolReader // nil when nothing of it was kept
 }
 
-// handleStream handles the stream messages; ok is false for any other
-// message.
-func (l *loop) handleStream(msg decoder.Decoded) (ok bool, err error) {
+// feed handles the stream messages; ok is false for any other message.
+// At a Stream Commit it returns the transaction's Begin, at lsn, and the
+// transaction is then handed on by next.
+func (s *streams) feed(msg decoder.Decoded) (ok bool, lsn pglogrepl.LSN, begin decoder.Decoded, err error) {
 	switch m := msg.(type) {
 	case *decoder.StreamStart:
-		if !m.First && !l.streamsSeen[m.XID] {
+		if !m.First && !s.seen[m.XID] {
 			// The server sends every block of a transaction from its
 			// first within one session; a later block of one whose start
 			// this session never saw means changes were lost.
-			return true, fmt.Errorf("stream block of xid %d is not the transaction's first, but this session never saw its first one; reconnect so the server sends it again from its start", m.XID)
+			return true, 0, nil, fmt.Errorf("stream block of xid %d is not the transaction's first, but %s never saw its first one; %s", m.XID, s.who, s.retryBlock)
 		}
-		if l.streamsSeen == nil {
-			l.streamsSeen = map[uint32]bool{}
+		if s.seen == nil {
+			s.seen = map[uint32]bool{}
 		}
-		l.streamsSeen[m.XID] = true
-		return true, l.unstreamable(m.XID, l.spool.start(m.XID, m.First))
+		s.seen[m.XID] = true
+		return true, 0, nil, s.fallback(m.XID, s.spool.start(m.XID, m.First))
 	case *decoder.StreamChange:
-		return true, l.unstreamable(m.TopXID, l.spool.append(m))
+		return true, 0, nil, s.fallback(m.TopXID, s.spool.append(m))
 	case *decoder.StreamStop:
 	case *decoder.StreamAbort:
 		if m.Whole() {
-			l.spool.drop(m.XID)
-			delete(l.streamsSeen, m.XID)
-			l.streamMetrics.aborts.WithLabelValues("transaction").Inc()
+			s.spool.drop(m.XID)
+			delete(s.seen, m.XID)
+			s.metrics.aborts.WithLabelValues("transaction").Inc()
 		} else {
-			l.spool.abortSub(m.XID, m.SubXID)
-			l.streamMetrics.aborts.WithLabelValues("subtransaction").Inc()
+			s.spool.abortSub(m.XID, m.SubXID)
+			s.metrics.aborts.WithLabelValues("subtransaction").Inc()
 		}
 	case *decoder.StreamCommit:
-		if !l.streamsSeen[m.XID] {
-			// Every streamed transaction the server commits in a
-			// session was streamed in it, from its first block: a
-			// commit without one means its changes went missing.
-			return true, fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes this session never received; restart so the server sends the transaction again", m.XID, m.CommitLSN)
+		if !s.seen[m.XID] {
+			return true, 0, nil, fmt.Errorf("stream commit of xid %d (commit LSN %s) whose changes %s never received; %s", m.XID, m.CommitLSN, s.who, s.retryCommit)
 		}
-		delete(l.streamsSeen, m.XID)
-		r, err := l.spool.open(m.XID)
+		delete(s.seen, m.XID)
+		r, err := s.spool.open(m.XID)
 		if err != nil {
-			return true, l.unstreamable(m.XID, err)
+			return true, 0, nil, s.fallback(m.XID, err)
 		}
-		begin, err := l.dec.BeginStreamed(m)
+		begin, err := s.dec.BeginStreamed(m)
 		if err != nil {
-			return true, err
+			return true, 0, nil, err
 		}
-		l.streamMetrics.transactions.Inc()
-		l.replay = &streamReplay{commit: m, r: r}
-		if err := l.handleDecoded(m.CommitLSN, begin); err != nil {
-			return true, err
-		}
-		return true, l.replayStep()
+		s.metrics.transactions.Inc()
+		s.replay = &streamReplay{commit: m, r: r}
+		return true, m.CommitLSN, begin, nil
 	default:
-		return false, nil
+		return false, 0, nil, nil
 	}
-	return true, nil
+	return true, 0, nil, nil
 }
 
-// replayBatch is how many spooled changes one loop turn hands on at most.
-const replayBatch = 256
+// replaying is the Stream Commit of the streamed transaction being handed
+// on, nil when none.
+func (s *streams) replaying() *decoder.StreamCommit {
+	if s.replay == nil {
+		return nil
+	}
+	return s.replay.commit
+}
 
-// replayStep hands on the next changes of the streamed transaction being
-// replayed, until the in-flight limit is reached, the relay fails or
-// replayBatch changes were handled; at the end of the spooled changes it
-// ends the transaction.
-func (l *loop) replayStep() error {
-	rp := l.replay
-	for i := 0; rp.r != nil && i < replayBatch; i++ {
-		if l.inflight.full() || l.failureErr() != nil {
-			return nil
-		}
+// spooled reports whether the transaction being handed on has spooled
+// changes to read back (not yet at their end).
+func (s *streams) spooled() bool { return s.replay.r != nil }
+
+// next returns the next message of the streamed transaction being handed
+// on: a change read back from the spool, or at their end its Commit (last
+// set; the transaction is then handed on).
+func (s *streams) next() (lsn pglogrepl.LSN, msg decoder.Decoded, last bool, err error) {
+	rp := s.replay
+	if rp.r != nil {
 		c, err := rp.r.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, io.EOF):
+		case err != nil:
 			// Read back midway: the next session sends the
 			// transaction whole, and the dedup (or the Kafka
 			// transaction's abort) covers what went out.
-			return l.unstreamable(rp.commit.XID, err)
-		}
-		msg, err := l.dec.Decode(c.LSN, c.Data)
-		if err != nil {
-			return fmt.Errorf("decode streamed change of xid %d at %s: %w", c.XID, c.LSN, err)
-		}
-		if err := l.handleDecoded(c.LSN, msg); err != nil {
-			return err
-		}
-		if i == replayBatch-1 {
-			return nil
+			return 0, nil, false, s.fallback(rp.commit.XID, err)
+		default:
+			msg, err := s.dec.Decode(c.LSN, c.Data)
+			if err != nil {
+				return 0, nil, false, fmt.Errorf("decode streamed change of xid %d at %s: %w", c.XID, c.LSN, err)
+			}
+			return c.LSN, msg, false, nil
 		}
 	}
-	commit, err := l.dec.CommitStreamed(rp.commit)
+	commit, err := s.dec.CommitStreamed(rp.commit)
 	if err != nil {
-		return err
+		return 0, nil, false, err
 	}
-	l.replay = nil
-	l.spool.drop(rp.commit.XID)
-	return l.handleDecoded(rp.commit.EndLSN, commit)
+	s.replay = nil
+	s.spool.drop(rp.commit.XID)
+	return rp.commit.EndLSN, commit, true, nil
 }

@@ -53,7 +53,7 @@ func streamingTestLoop(t *testing.T, cfg Config, p *fakeProducer) *testLoop {
 	}
 	l := newTestLoop(t, cfg, p)
 	l.dec.SetStreaming(true)
-	t.Cleanup(l.spool.close)
+	t.Cleanup(l.stream.spool.close)
 	return l
 }
 
@@ -61,7 +61,7 @@ func streamingTestLoop(t *testing.T, cfg Config, p *fakeProducer) *testLoop {
 // to its end, as run does between receives.
 func (tl *testLoop) finishReplay(t *testing.T) {
 	t.Helper()
-	for tl.replay != nil {
+	for tl.stream.replay != nil {
 		if err := tl.replayStep(); err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestLoopStreamedTransactions(t *testing.T) {
 	if n := len(p.records()); n != 0 {
 		t.Fatalf("%d records produced before any commit", n)
 	}
-	if got := testutil.ToFloat64(l.streamMetrics.spoolBytes); got <= 0 {
+	if got := testutil.ToFloat64(l.stream.metrics.spoolBytes); got <= 0 {
 		t.Fatalf("walbox_spool_bytes = %v while two transactions are spooled", got)
 	}
 
@@ -132,20 +132,20 @@ func TestLoopStreamedTransactions(t *testing.T) {
 	if got := l.tracker.Confirmed(); got != 0x4010 {
 		t.Fatalf("confirmed %s, want the last commit's end 0/4010", got)
 	}
-	if got := testutil.ToFloat64(l.streamMetrics.transactions); got != 2 {
+	if got := testutil.ToFloat64(l.stream.metrics.transactions); got != 2 {
 		t.Errorf("walbox_streamed_transactions_total = %v, want 2", got)
 	}
-	if sub, whole := testutil.ToFloat64(l.streamMetrics.aborts.WithLabelValues("subtransaction")),
-		testutil.ToFloat64(l.streamMetrics.aborts.WithLabelValues("transaction")); sub != 1 || whole != 1 {
+	if sub, whole := testutil.ToFloat64(l.stream.metrics.aborts.WithLabelValues("subtransaction")),
+		testutil.ToFloat64(l.stream.metrics.aborts.WithLabelValues("transaction")); sub != 1 || whole != 1 {
 		t.Errorf("aborts: subtransaction %v, transaction %v; want 1, 1", sub, whole)
 	}
-	if got := testutil.ToFloat64(l.streamMetrics.spoolBytes); got != 0 {
+	if got := testutil.ToFloat64(l.stream.metrics.spoolBytes); got != 0 {
 		t.Errorf("walbox_spool_bytes = %v after every transaction ended", got)
 	}
 	if problems, err := testutil.GatherAndLint(l.reg); err != nil || len(problems) != 0 {
 		t.Errorf("metrics lint: %v %v", problems, err)
 	}
-	entries, _ := os.ReadDir(l.spool.dir)
+	entries, _ := os.ReadDir(l.stream.spool.dir)
 	for _, e := range entries {
 		if e.Name() != "lock" {
 			t.Errorf("spool file %s left behind", e.Name())
@@ -166,7 +166,7 @@ func TestLoopStreamedReplayBackpressure(t *testing.T) {
 	}
 	l.wal(t, pgStreamStop)
 	l.wal(t, pgStreamCommit(100, 0x2000))
-	for settled := 0; l.replay != nil; {
+	for settled := 0; l.stream.replay != nil; {
 		if n := len(p.records()); n > settled+10 {
 			t.Fatalf("%d records produced with %d acknowledged and a limit of 10", n, settled)
 		}
@@ -207,7 +207,7 @@ func TestLoopStreamedReconnect(t *testing.T) {
 	l.wal(t, inStream(100, pgInsert(outboxRel, "a1", "agg1", `{}`)))
 	l.wal(t, pgStreamStop)
 
-	l.spool.reset() // as session does
+	l.stream.spool.reset() // as session does
 	l.reconnect(t)
 	l.dec.SetStreaming(true)
 	l.wal(t, pgStreamStart(100, true))
@@ -256,8 +256,8 @@ func TestSpoolFull(t *testing.T) {
 	if !IsRetryable(err) {
 		t.Errorf("a full spool stops the relay for good (%v): the same transaction would fill it again after every restart", err)
 	}
-	if l.unstreamXID != 100 {
-		t.Errorf("the next session is not for transaction 100 with protocol version 1: unstreamXID = %d", l.unstreamXID)
+	if l.stream.unstreamXID != 100 {
+		t.Errorf("the next session is not for transaction 100 with protocol version 1: unstreamXID = %d", l.stream.unstreamXID)
 	}
 	if len(p.records()) != 0 {
 		t.Fatal("records produced")
@@ -283,10 +283,10 @@ func TestSpoolNotWritable(t *testing.T) {
 	}
 	// Not fatal, and no reconnect to the same failure: the next session
 	// speaks protocol version 1 for the transaction.
-	if !IsRetryable(err) || l.unstreamXID != 100 {
-		t.Errorf("retryable %v, unstreamXID %d: want a reconnect with protocol version 1 for transaction 100", IsRetryable(err), l.unstreamXID)
+	if !IsRetryable(err) || l.stream.unstreamXID != 100 {
+		t.Errorf("retryable %v, unstreamXID %d: want a reconnect with protocol version 1 for transaction 100", IsRetryable(err), l.stream.unstreamXID)
 	}
-	if got := testutil.ToFloat64(l.streamMetrics.spoolErrors); got != 1 {
+	if got := testutil.ToFloat64(l.stream.metrics.spoolErrors); got != 1 {
 		t.Errorf("walbox_spool_errors_total = %v, want 1", got)
 	}
 }
@@ -564,15 +564,15 @@ func TestStandbyDropsSpool(t *testing.T) {
 	l.wal(t, pgStreamStart(100, true))
 	l.wal(t, inStream(100, pgRelation(outboxRel, "public", "outbox")))
 	l.wal(t, inStream(100, pgInsert(outboxRel, "a", "agg", `{}`)))
-	dir := l.spool.dir
-	if _, err := os.Stat(l.spool.path(100)); err != nil {
+	dir := l.stream.spool.dir
+	if _, err := os.Stat(l.stream.spool.path(100)); err != nil {
 		t.Fatal(err)
 	}
 	l.relay.enterStandby(errors.New("slot in use"))
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the standby kept its spool %s: %v", dir, err)
 	}
-	if got := testutil.ToFloat64(l.streamMetrics.spoolBytes); got != 0 {
+	if got := testutil.ToFloat64(l.stream.metrics.spoolBytes); got != 0 {
 		t.Errorf("walbox_spool_bytes = %v while standing by", got)
 	}
 }
@@ -597,7 +597,7 @@ func TestXactEndBlind(t *testing.T) {
 	if w.end() != unstreamBlind {
 		t.Fatalf("end %s, want unstreamBlind", w.end())
 	}
-	l.unstream = unstreamState{xid: 100, watch: w}
+	l.stream.unstream = unstreamState{xid: 100, watch: w}
 	if !l.unstreamDone() {
 		t.Error("the session does not end to stream again")
 	}

@@ -51,7 +51,7 @@ func (l *loop) routes(rel *decoder.Relation) bool {
 // logs the first one of each relation.
 func (l *loop) foreignChange(ins *decoder.Insert) {
 	l.metrics.foreignChanges.Inc()
-	f := &l.foreign
+	f := l.foreign
 	id := ins.Relation.ID
 	if _, ok := f.logged[id]; ok || f.full {
 		return

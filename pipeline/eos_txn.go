@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walbox/walbox/checkpoint"
 	"github.com/walbox/walbox/router"
 )
 
@@ -43,7 +45,7 @@ import (
 //
 // franz-go runs one transaction at a time per producer: EndTransaction
 // requires a flush, and nothing may be produced until it returns. So the
-// flush and the commit run in a goroutine of their own (eosStartCommit)
+// flush and the commit run in a goroutine of their own (startCommit)
 // while the loop goes on reading WAL and routing: the records of the next
 // transaction wait in a queue, counted against the in-flight limits, and
 // are produced into a new transaction as soon as the commit returned. The
@@ -61,9 +63,21 @@ import (
 //   - after the confirm: nothing is sent again.
 
 // eosState is the exactly-once state of a relay. The loop goroutine owns
-// every field except abortReq and the divert set, which promise callbacks
+// every field except abortReq and the diverted set, which promise callbacks
 // write.
 type eosState struct {
+	// fails, inflight and sent are the relay's: a fence fails it, an
+	// abort releases the queued records and forgets their acks.
+	fails         *failState
+	inflight      *inflight
+	sent          *sentLedger
+	cfg           *Config
+	log           *slog.Logger
+	produceErrors prometheus.Counter
+	// link and produceCtx are the current session's (bind).
+	link       sessionLink
+	produceCtx context.Context
+
 	txp         TxnProducer
 	state       StateStore
 	txnID       string
@@ -130,7 +144,7 @@ type eosState struct {
 	// lastCommitted is the position of this process's last commit.
 	lastCommitted StatePosition
 	// sessions counts the sessions started; replaced is set once the
-	// client of the previous one was closed (eosFreshProducer).
+	// client of the previous one was closed (freshProducer).
 	sessions int
 	replaced bool
 	// skipped counts the Postgres transactions skipped this session.
@@ -144,26 +158,32 @@ type eosState struct {
 	// uncommittable; the loop aborts it and restarts the session.
 	abortReq atomic.Pointer[error]
 
-	// divert holds the keys of records Kafka refused for what they are
+	// diverted holds the keys of records Kafka refused for what they are
 	// (too large, invalid) when a dead-letter topic is set: the transaction
 	// they were in is aborted, and on the replay they go to the dead-letter
 	// topic in their place, so the retry cannot refuse them again.
 	divertMu sync.Mutex
-	divert   map[replayKey]error
+	diverted map[replayKey]error
 }
 
-func newEOSState(cfg Config, txp TxnProducer, reg prometheus.Registerer) *eosState {
+func newEOSState(cfg *Config, txp TxnProducer, reg prometheus.Registerer, log *slog.Logger, fails *failState, inf *inflight, sent *sentLedger, produceErrors prometheus.Counter) *eosState {
 	return &eosState{
-		txp:          txp,
-		state:        cfg.State,
-		txnID:        cfg.transactionalID(),
-		maxRecords:   cfg.TransactionMaxRecords,
-		maxInterval:  cfg.TransactionMaxInterval,
-		splitRecords: cfg.TransactionSplitRecords,
-		timeout:      cfg.TransactionTimeout,
-		phase:        cfg.TxnPhase,
-		m:            newEOSMetrics(reg),
-		divert:       map[replayKey]error{},
+		cfg:           cfg,
+		log:           log,
+		produceErrors: produceErrors,
+		fails:         fails,
+		inflight:      inf,
+		sent:          sent,
+		txp:           txp,
+		state:         cfg.State,
+		txnID:         cfg.transactionalID(),
+		maxRecords:    cfg.TransactionMaxRecords,
+		maxInterval:   cfg.TransactionMaxInterval,
+		splitRecords:  cfg.TransactionSplitRecords,
+		timeout:       cfg.TransactionTimeout,
+		phase:         cfg.TxnPhase,
+		m:             newEOSMetrics(reg),
+		diverted:      map[replayKey]error{},
 	}
 }
 
@@ -225,12 +245,12 @@ func (e *eosState) requestAbort(err error, wake chan struct{}) {
 func (e *eosState) divertErr(k replayKey) error {
 	e.divertMu.Lock()
 	defer e.divertMu.Unlock()
-	return e.divert[k]
+	return e.diverted[k]
 }
 
 func (e *eosState) addDivert(k replayKey, err error) {
 	e.divertMu.Lock()
-	e.divert[k] = err
+	e.diverted[k] = err
 	e.divertMu.Unlock()
 }
 
@@ -239,9 +259,9 @@ func (e *eosState) addDivert(k replayKey, err error) {
 // and the split prefix.
 func (e *eosState) forgetDiverted(pos StatePosition) {
 	e.divertMu.Lock()
-	for k := range e.divert {
+	for k := range e.diverted {
 		if unitCovered(k, pos.EndLSN) || pos.Split.covers(k) {
-			delete(e.divert, k)
+			delete(e.diverted, k)
 		}
 	}
 	e.divertMu.Unlock()
@@ -319,31 +339,39 @@ func unitCovered(key replayKey, end pglogrepl.LSN) bool {
 	return key.commit < end
 }
 
-// eosSkips reports whether the unit of key (a change's transaction, or a
+// skips reports whether the unit of key (a change's transaction, or a
 // non-transactional message) is in Kafka already.
-func (l *loop) eosSkips(key replayKey) bool {
-	return l.eos != nil && (unitCovered(key, l.eos.skipEnd) || l.eos.skipSplit.covers(key))
+func (e *eosState) skips(key replayKey) bool {
+	return unitCovered(key, e.skipEnd) || e.skipSplit.covers(key)
 }
 
-// eosStartSession runs before a session streams: it aborts a transaction a
-// failed abort left open, loads the producer id (fencing a predecessor) and
-// reads the committed position.
-func (r *Relay) eosStartSession(ctx context.Context) error {
-	e := r.eos
+// startSession runs before a session streams from srv, once it holds the
+// slot: only then does loading the producer id fence any other producer
+// with this transactional id (resume). The producer it returns is the
+// transactional client, replaced for every session after the first.
+func (e *eosState) startSession(ctx context.Context, _ Producer, srv serverHistory, followedFrom *History) (Producer, error) {
+	e.server = srv
+	err := e.resume(ctx, followedFrom)
+	return e.txp, err
+}
+
+// resume aborts a transaction a failed abort left open, loads the producer
+// id (fencing a predecessor) and reads the committed position.
+func (e *eosState) resume(ctx context.Context, followedFrom *History) error {
 	// Records acknowledged in a Kafka transaction this process never saw
 	// commit are not counted as delivered.
-	r.sent.aborted()
-	if err := r.eosFreshProducer(ctx); err != nil {
+	e.sent.aborted()
+	if err := e.freshProducer(ctx); err != nil {
 		return err
 	}
 	if e.begun || e.open {
-		if err := r.eosAbortTxn(ctx); err != nil {
+		if err := e.abortTxn(ctx); err != nil {
 			return err
 		}
 	}
 	if _, _, err := e.txp.ProducerID(ctx); err != nil {
 		if isFenced(err) {
-			return r.eosFenced(err)
+			return e.fence(err)
 		}
 		return &txnAbortedError{fmt.Errorf("load the producer id of transactional id %q: %w", e.txnID, err)}
 	}
@@ -351,7 +379,7 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	// retry rather than hang.
 	sctx, cancel := context.WithTimeout(ctx, stateReadTimeout)
 	defer cancel()
-	if err := e.state.Ensure(sctx, r.log); err != nil {
+	if err := e.state.Ensure(sctx, e.log); err != nil {
 		if errors.Is(err, ErrStateTopic) {
 			return err // only an operator can fix it
 		}
@@ -361,12 +389,12 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("read the committed position of %q from the state topic %q: %w", e.txnID, e.state.Topic(), err)}
 	}
-	if r.followed {
+	if followedFrom != nil {
 		// Committed while the session decoded a standby that was then
 		// promoted under it: recorded with the history the session
 		// began on, they are positions of the server's history.
 		for _, p := range []*StatePosition{&pos, &e.lastCommitted} {
-			if p.History == r.followedFrom {
+			if p.History == *followedFrom {
 				p.History = e.server.History
 			}
 		}
@@ -394,7 +422,7 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	}
 	for _, w := range []string{warning, swarning} {
 		if w != "" {
-			r.log.Warn(w, "transactional_id", e.txnID, "state_topic", e.state.Topic(),
+			e.log.Warn(w, "transactional_id", e.txnID, "state_topic", e.state.Topic(),
 				"state_history", pos.History.String(), "server_history", e.server.History.String())
 		}
 	}
@@ -405,7 +433,7 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 		e.base.CommitLSN = skipEnd
 	}
 	if !split.IsZero() {
-		r.log.Info("exactly-once: resuming inside a postgres transaction split across kafka transactions: its first changes are committed in Kafka and are skipped",
+		e.log.Info("exactly-once: resuming inside a postgres transaction split across kafka transactions: its first changes are committed in Kafka and are skipped",
 			"transactional_id", e.txnID, "commit_lsn", split.CommitLSN.String(), "changes", split.Changes)
 	}
 	e.skipped = 0
@@ -413,26 +441,25 @@ func (r *Relay) eosStartSession(ctx context.Context) error {
 	if pos.CommitLSN != 0 {
 		e.m.stateLSN.Set(float64(pos.CommitLSN))
 	}
-	r.log.Info("exactly-once: committed position read from the state topic", "transactional_id", e.txnID,
+	e.log.Info("exactly-once: committed position read from the state topic", "transactional_id", e.txnID,
 		"state_topic", e.state.Topic(), "commit_lsn", pos.CommitLSN.String(), "end_lsn", pos.EndLSN.String(),
 		"confirmed_lsn", e.safe.String())
 	return nil
 }
 
-// eosFreshProducer gives every session after the first a new transactional
+// freshProducer gives every session after the first a new transactional
 // client (Config.NewTxnProducer), so that the session loads the producer id
 // afresh: after a peer held the slot (standby), the cached epoch is stale.
 // The transaction the old client left open needs no abort request: loading
 // the id with the new client aborts whatever is open under it.
-func (r *Relay) eosFreshProducer(ctx context.Context) error {
-	e := r.eos
+func (e *eosState) freshProducer(ctx context.Context) error {
 	e.sessions++
-	if e.sessions == 1 || r.cfg.NewTxnProducer == nil {
+	if e.sessions == 1 || e.cfg.NewTxnProducer == nil {
 		return nil
 	}
 	if !e.replaced {
 		e.begun = false
-		if err := r.eosAbortTxn(ctx); err != nil { // only drops the queue now
+		if err := e.abortTxn(ctx); err != nil { // only drops the queue now
 			return err
 		}
 		if c, ok := e.txp.(interface{ Close() }); ok {
@@ -440,11 +467,11 @@ func (r *Relay) eosFreshProducer(ctx context.Context) error {
 		}
 		e.replaced = true
 	}
-	txp, err := r.cfg.NewTxnProducer()
+	txp, err := e.cfg.NewTxnProducer()
 	if err != nil {
 		return &txnAbortedError{fmt.Errorf("create a new transactional kafka client for %q: %w", e.txnID, err)}
 	}
-	e.txp, r.producer, e.replaced = txp, txp, false
+	e.txp, e.replaced = txp, false
 	return nil
 }
 
@@ -452,40 +479,39 @@ func (r *Relay) eosFreshProducer(ctx context.Context) error {
 // of a session.
 const stateReadTimeout = time.Minute
 
-// eosFenced stops the relay: another producer owns the transactional id.
+// fence stops the relay: another producer owns the transactional id.
 // Safe for concurrent use.
-func (r *Relay) eosFenced(err error) error {
-	r.eos.fenced.Store(true)
+func (e *eosState) fence(err error) error {
+	e.fenced.Store(true)
 	var ferr *FencedError
 	if errors.As(err, &ferr) {
 		// Already reported (a promise saw it first): wrapping it
 		// again would repeat the whole advice.
-		r.fail(ferr)
+		e.fails.fail(ferr)
 		return ferr
 	}
-	ferr = &FencedError{TransactionalID: r.eos.txnID, Timeout: r.eos.timeout, Err: err}
-	r.fail(ferr)
+	ferr = &FencedError{TransactionalID: e.txnID, Timeout: e.timeout, Err: err}
+	e.fails.fail(ferr)
 	return ferr
 }
 
-// eosAbortTxn aborts the open transaction and drops the queue. A failure
+// abortTxn aborts the open transaction and drops the queue. A failure
 // leaves it marked begun, so the next session tries again before
 // producing. No commit may be running.
-func (r *Relay) eosAbortTxn(ctx context.Context) error {
-	e := r.eos
+func (e *eosState) abortTxn(ctx context.Context) error {
 	for _, rec := range e.queue {
-		r.inflight.release(rec.Context.(*inflightRecord).size)
+		e.inflight.release(rec.Context.(*inflightRecord).size)
 	}
 	clear(e.queue)
 	e.queue = e.queue[:0]
 	e.dirty = true
 	// After the purge below: no ack of its records comes later.
-	defer r.sent.aborted()
+	defer e.sent.aborted()
 	wasOpen := e.open || e.begun
 	e.open, e.full = false, false
 	e.records, e.unitRecords, e.covered, e.unitKey = 0, 0, StatePosition{}, replayKey{}
 	if e.begun {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ShutdownTimeout)
 		defer cancel()
 		err := e.txp.AbortBufferedRecords(actx)
 		if err == nil {
@@ -494,7 +520,7 @@ func (r *Relay) eosAbortTxn(ctx context.Context) error {
 		if err != nil {
 			if isFenced(err) && !e.timedOut() {
 				e.begun = false
-				return r.eosFenced(err)
+				return e.fence(err)
 			}
 			if isFenced(err) {
 				// The broker aborted it already; the next session's
@@ -513,11 +539,10 @@ func (r *Relay) eosAbortTxn(ctx context.Context) error {
 	return nil
 }
 
-// eosAbort aborts the open transaction because of cause and returns the
+// abort aborts the open transaction because of cause and returns the
 // error that restarts the session from the committed position.
-func (l *loop) eosAbort(ctx context.Context, cause error) error {
-	e := l.eos
-	l.log.Warn("aborting the kafka transaction; the session restarts from the committed position",
+func (e *eosState) abort(ctx context.Context, cause error) error {
+	e.log.Warn("aborting the kafka transaction; the session restarts from the committed position",
 		"transactional_id", e.txnID, "records", e.records, "err", cause)
 	if errors.Is(cause, errTimedOut) {
 		e.m.timeouts.Inc()
@@ -525,36 +550,34 @@ func (l *loop) eosAbort(ctx context.Context, cause error) error {
 	// Cleared even if the abort fails: the next session aborts again
 	// before producing, and must not take this cause for a new one.
 	e.abortReq.Store(nil)
-	if err := l.eosAbortTxn(ctx); err != nil {
+	if err := e.abortTxn(ctx); err != nil {
 		return err
 	}
-	if ferr := l.failureErr(); ferr != nil {
+	if ferr := e.fails.failureErr(); ferr != nil {
 		return ferr
 	}
 	return &txnAbortedError{cause}
 }
 
-// eosBegin begins the Kafka transaction if it is not yet.
-func (l *loop) eosBegin() {
-	e := l.eos
+// begin begins the Kafka transaction if it is not yet.
+func (e *eosState) begin() {
 	if e.begun {
 		return
 	}
 	e.txnStart.Store(time.Now().UnixNano())
 	if err := e.txp.BeginTransaction(); err != nil {
 		if isFenced(err) {
-			_ = l.eosFenced(err)
+			_ = e.fence(err)
 		} else {
-			l.fail(fmt.Errorf("begin a kafka transaction (transactional id %q): %w", e.txnID, err))
+			e.fails.fail(fmt.Errorf("begin a kafka transaction (transactional id %q): %w", e.txnID, err))
 		}
 	}
 	e.begun = true
 }
 
-// eosProduce counts a record into the open transaction and reports whether
+// produce counts a record into the open transaction and reports whether
 // it may be produced now; while a commit runs it is queued instead.
-func (l *loop) eosProduce(rec *kgo.Record) bool {
-	e := l.eos
+func (e *eosState) produce(rec *kgo.Record) bool {
 	if !e.open {
 		e.open = true
 		e.began = time.Now()
@@ -568,27 +591,26 @@ func (l *loop) eosProduce(rec *kgo.Record) bool {
 		e.queue = append(e.queue, rec)
 		return false
 	}
-	l.eosBegin()
+	e.begin()
 	return true
 }
 
-// eosUnitDone runs when a Postgres transaction (or a dead-lettered
+// unitDone runs when a Postgres transaction (or a dead-lettered
 // non-transactional message) is complete: it is now covered by the open
 // Kafka transaction, which is committed when a bound is reached.
 // key names the unit (replayKey{commit: lsn, ord: nonTransactional} for a
 // message), end is where it ends.
-func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
-	e := l.eos
+func (e *eosState) unitDone(key replayKey, end pglogrepl.LSN) {
 	commit := key.commit
 	if unitCovered(key, e.skipEnd) {
 		e.skipped++
 		e.m.skipped.Inc()
 		if e.skipped == 1 {
-			l.log.Info("exactly-once: skipping transactions the state topic shows committed in Kafka",
+			e.log.Info("exactly-once: skipping transactions the state topic shows committed in Kafka",
 				"transactional_id", e.txnID, "commit_lsn", commit.String(), "committed_up_to", e.skipEnd.String())
 		}
 		if end == e.skipEnd {
-			l.log.Info("exactly-once: skipped every transaction committed in Kafka before this session",
+			e.log.Info("exactly-once: skipped every transaction committed in Kafka before this session",
 				"transactional_id", e.txnID, "skipped", e.skipped, "commit_lsn", commit.String())
 		}
 		return
@@ -603,27 +625,26 @@ func (l *loop) eosUnitDone(key replayKey, end pglogrepl.LSN) {
 		// is none): they are in one committed or committing, and a
 		// later commit succeeds only after that one did. A split commit
 		// holding no whole Postgres transaction records this as its
-		// end (eosSplitPosition): the last part of a split transaction
+		// end (splitPosition): the last part of a split transaction
 		// may have ended at its last record.
 		e.base = StatePosition{CommitLSN: commit, EndLSN: end}
 		return
 	}
 	e.covered = StatePosition{CommitLSN: commit, EndLSN: end}
 	if e.records >= e.maxRecords {
-		e.full = true // committed by eosTick, before the next receive
+		e.full = true // committed by tick, before the next receive
 	}
 }
 
-// eosCommitDue reports when the open transaction must be committed by
+// due reports when the open transaction must be committed by
 // time, the zero time if it need not be (or cannot be yet). Inside a
-// Postgres transaction only a split is due (eosSplitDue).
-func (l *loop) eosCommitDue() time.Time {
-	e := l.eos
-	if e == nil || !e.open || e.committing != nil {
+// Postgres transaction only a split is due (splitDue).
+func (e *eosState) due() time.Time {
+	if !e.open || e.committing != nil {
 		return time.Time{}
 	}
 	if e.unitRecords > 0 || e.covered.EndLSN == 0 {
-		return l.eosSplitDue()
+		return e.splitDue()
 	}
 	if e.full {
 		return e.began // due now
@@ -633,7 +654,7 @@ func (l *loop) eosCommitDue() time.Time {
 
 // interval is how long a Kafka transaction of whole Postgres transactions
 // stays open: maxInterval, but at most half the transaction timeout, the
-// bound a split transaction gets too (eosSplitDue). An interval at or above
+// bound a split transaction gets too (splitDue). An interval at or above
 // the timeout would let the broker abort every transaction that does not
 // fill up first, on every session again.
 func (e *eosState) interval() time.Duration {
@@ -643,25 +664,14 @@ func (e *eosState) interval() time.Duration {
 	return e.maxInterval
 }
 
-// wakeAt is when the loop must stop waiting for WAL: the next status
-// update, or an exactly-once commit that is due earlier. (A commit that
-// ends interrupts the wait itself.)
-func (l *loop) wakeAt() time.Time {
-	if due := l.eosCommitDue(); !due.IsZero() && due.Before(l.nextStatus) {
-		return due
-	}
-	return l.nextStatus
-}
-
-// eosTick finishes a commit that returned, aborts a transaction a produce
+// tick finishes a commit that returned, aborts a transaction a produce
 // error spoiled, and starts the commit of one that is due. The loop calls
 // it between receives.
-func (l *loop) eosTick(ctx context.Context) error {
-	e := l.eos
+func (e *eosState) tick(ctx context.Context) error {
 	if c := e.committing; c != nil {
 		select {
 		case err := <-c.done:
-			if err := l.eosCommitted(ctx, c, err); err != nil {
+			if err := e.commitEnded(ctx, c, err); err != nil {
 				return err
 			}
 		default:
@@ -669,35 +679,32 @@ func (l *loop) eosTick(ctx context.Context) error {
 		}
 	}
 	if p := e.abortReq.Load(); p != nil {
-		return l.eosAbort(ctx, *p)
+		return e.abort(ctx, *p)
 	}
-	if due := l.eosCommitDue(); !due.IsZero() && !time.Now().Before(due) {
-		l.eosStartCommit(ctx)
+	if due := e.due(); !due.IsZero() && !time.Now().Before(due) {
+		e.startCommit(ctx)
 	}
 	return nil
 }
 
-// eosStartCommit produces the state record into the open transaction and
-// starts its flush and commit in a goroutine; eosCommitted finishes it in
+// startCommit produces the state record into the open transaction and
+// starts its flush and commit in a goroutine; commitEnded finishes it in
 // the loop. The goroutine touches nothing the loop owns.
-func (l *loop) eosStartCommit(ctx context.Context) {
-	e := l.eos
+func (e *eosState) startCommit(ctx context.Context) {
 	c := &pendingCommit{done: make(chan error, 1), covered: e.covered, records: e.records, start: time.Now()}
-	l.eosSplitPosition(c)
+	e.splitPosition(c)
 	c.covered.History = e.server.History
-	e.txp.Produce(l.produceCtx, stateRecord(e.state.Topic(), e.txnID, c.covered, c.records), l.eosStatePromise)
+	e.txp.Produce(e.produceCtx, stateRecord(e.state.Topic(), e.txnID, c.covered, c.records), e.statePromise)
 	e.committing = c
 	e.open, e.begun, e.full = false, false, false
 	e.records, e.covered = 0, StatePosition{}
-	conn := l.conn
-	wake := l.inflight.wake
+	link := e.link
+	wake := e.inflight.wake
 	go func() {
-		err := l.eosCommitRun(ctx, c)
-		if conn != nil {
-			// Interrupt the loop's wait for WAL: the queue is to be
-			// produced and the slot confirmed now.
-			_ = conn.Conn().SetReadDeadline(time.Now())
-		}
+		err := e.commitRun(ctx, c)
+		// Interrupt the loop's wait for WAL: the queue is to be produced
+		// and the slot confirmed now.
+		link.interrupt()
 		c.done <- err
 		select {
 		case wake <- struct{}{}:
@@ -706,14 +713,13 @@ func (l *loop) eosStartCommit(ctx context.Context) {
 	}()
 }
 
-// eosCommitRun flushes the committing transaction and commits it. It runs
+// commitRun flushes the committing transaction and commits it. It runs
 // in the commit goroutine.
-func (l *loop) eosCommitRun(ctx context.Context, c *pendingCommit) error {
-	e := l.eos
+func (e *eosState) commitRun(ctx context.Context, c *pendingCommit) error {
 	if err := e.txp.Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
-	if err := l.failureErr(); err != nil {
+	if err := e.fails.failureErr(); err != nil {
 		return err
 	}
 	if p := e.abortReq.Load(); p != nil {
@@ -729,19 +735,18 @@ func (l *loop) eosCommitRun(ctx context.Context, c *pendingCommit) error {
 	return nil
 }
 
-// eosCommitted finishes a commit in the loop: on success the slot is
+// commitEnded finishes a commit in the loop: on success the slot is
 // confirmed to what it covers and the queued records go into a new
 // transaction; on failure the transaction is aborted.
-func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) error {
-	e := l.eos
+func (e *eosState) commitEnded(ctx context.Context, c *pendingCommit, err error) error {
 	e.committing = nil
-	l.readDeadline = time.Time{} // the goroutine moved the socket's deadline
+	e.link.interrupted() // the goroutine moved the socket's deadline
 	if err != nil {
 		// The committing transaction is still open on the broker.
 		e.begun = true
 		if isFenced(err) && !e.timedOut() {
-			ferr := l.eosFenced(err)
-			_ = l.eosAbortTxn(ctx)
+			ferr := e.fence(err)
+			_ = e.abortTxn(ctx)
 			return ferr
 		}
 		if e.timedOut() {
@@ -750,7 +755,7 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 			// transaction.version 2): the broker aborted it.
 			err = e.timeoutAbort(err)
 		}
-		return l.eosAbort(ctx, err)
+		return e.abort(ctx, err)
 	}
 	e.m.committed.Inc()
 	e.m.commitTime.Observe(time.Since(c.start).Seconds())
@@ -760,9 +765,9 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 		e.m.splits.Inc()
 	}
 	e.lastCommitted = c.covered
-	l.sent.committed()
+	e.sent.committed()
 	if c.covered.EndLSN >= e.base.EndLSN {
-		// Not if a unit ended since the commit started (eosUnitDone).
+		// Not if a unit ended since the commit started (unitDone).
 		e.base = StatePosition{CommitLSN: c.covered.CommitLSN, EndLSN: c.covered.EndLSN}
 	}
 	e.forgetDiverted(c.covered)
@@ -770,17 +775,17 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	// covers is in Kafka now, or was never routed; never a position inside
 	// a split one.
 	e.safe = max(e.safe, c.covered.EndLSN)
-	if l.conn == nil {
+	if err := e.link.confirmNow(ctx); errors.Is(err, errNoConnection) {
 		// Unit tests drive the loop without a replication connection.
-		e.confirmable(l.tracker.Confirmed())
-	} else if err := l.sendStatus(ctx); err != nil {
+		e.confirmable(e.link.tracked())
+	} else if err != nil {
 		return err
 	}
 	e.hook(PhaseConfirmed)
 	if len(e.queue) > 0 {
-		l.eosBegin()
+		e.begin()
 		for _, rec := range e.queue {
-			l.producer.Produce(l.produceCtx, rec, l.promise)
+			e.link.send(rec)
 		}
 		clear(e.queue)
 		e.queue = e.queue[:0]
@@ -788,95 +793,94 @@ func (l *loop) eosCommitted(ctx context.Context, c *pendingCommit, err error) er
 	return nil
 }
 
-// eosWaitCommit waits for a running commit and finishes it.
-func (l *loop) eosWaitCommit(ctx context.Context) error {
-	c := l.eos.committing
+// waitCommit waits for a running commit and finishes it.
+func (e *eosState) waitCommit(ctx context.Context) error {
+	c := e.committing
 	if c == nil {
 		return nil
 	}
-	return l.eosCommitted(ctx, c, <-c.done)
+	return e.commitEnded(ctx, c, <-c.done)
 }
 
-// eosStatePromise settles the state record.
-func (l *loop) eosStatePromise(_ *kgo.Record, err error) {
+// statePromise settles the state record.
+func (e *eosState) statePromise(_ *kgo.Record, err error) {
 	if err == nil || errors.Is(err, kgo.ErrAborting) {
 		return
 	}
-	if isFenced(err) && l.eos.timedOut() {
-		l.eos.requestAbort(l.eos.timeoutAbort(err), l.inflight.wake)
+	if isFenced(err) && e.timedOut() {
+		e.requestAbort(e.timeoutAbort(err), e.inflight.wake)
 		return
 	}
 	if isFenced(err) {
-		_ = l.eosFenced(err)
+		_ = e.fence(err)
 		return
 	}
-	l.eos.requestAbort(fmt.Errorf("produce the state record to %q: %w", l.eos.state.Topic(), err), l.inflight.wake)
+	e.requestAbort(fmt.Errorf("produce the state record to %q: %w", e.state.Topic(), err), e.inflight.wake)
 }
 
-// eosSettleCommit runs before a session drains its in-flight records on
+// settle runs before a session drains its in-flight records on
 // stop or failure: a running commit is waited for, so that the queued
 // records are produced (or dropped by an abort).
-func (l *loop) eosSettleCommit(ctx context.Context) {
-	if err := l.eosWaitCommit(ctx); err != nil {
-		l.log.Warn("the last kafka transaction did not commit; the next start sends it again", "err", err)
+func (e *eosState) settle(ctx context.Context) {
+	if err := e.waitCommit(ctx); err != nil {
+		e.log.Warn("the last kafka transaction did not commit; the next start sends it again", "err", err)
 	}
 }
 
-// eosFinish ends the open transaction when the session stops, after the
+// finish ends the open transaction when the session stops, after the
 // drain: it commits it if it holds only whole Postgres transactions and
 // nothing failed, otherwise aborts it.
-func (l *loop) eosFinish(ctx context.Context) {
-	e := l.eos
+func (e *eosState) finish(ctx context.Context) {
 	if e.fenced.Load() {
 		return
 	}
-	l.eosSettleCommit(ctx)
+	e.settle(ctx)
 	if !e.open && !e.begun {
 		return
 	}
-	if e.unitRecords > 0 || e.covered.EndLSN == 0 || l.failureErr() != nil || e.abortReq.Load() != nil {
+	if e.unitRecords > 0 || e.covered.EndLSN == 0 || e.fails.failureErr() != nil || e.abortReq.Load() != nil {
 		cause := errors.New("the session ended inside a postgres transaction")
-		if err := l.failureErr(); err != nil {
+		if err := e.fails.failureErr(); err != nil {
 			cause = err
 		} else if p := e.abortReq.Load(); p != nil {
 			cause = *p
 		}
-		_ = l.eosAbort(ctx, cause)
+		_ = e.abort(ctx, cause)
 		return
 	}
-	l.eosStartCommit(ctx)
-	l.eosSettleCommit(ctx)
+	e.startCommit(ctx)
+	e.settle(ctx)
 }
 
-// eosSettleError handles a record Kafka refused inside a transaction.
+// refused handles a record Kafka refused inside a transaction.
 // Every refusal makes the transaction uncommittable, so it is aborted; what
 // then happens to the record decides whether a retry can succeed.
-func (l *loop) eosSettleError(rec *kgo.Record, m *inflightRecord, err error) {
-	l.inflight.release(m.size)
+func (e *eosState) refused(rec *kgo.Record, m *inflightRecord, err error) bool {
+	e.inflight.release(m.size)
 	if errors.Is(err, kgo.ErrAborting) {
-		return // thrown away by our own abort
+		return true // thrown away by our own abort
 	}
-	l.metrics.produceErrors.Inc()
-	e := l.eos
+	e.produceErrors.Inc()
 	switch {
 	case isFenced(err) && e.timedOut():
-		e.requestAbort(e.timeoutAbort(err), l.inflight.wake)
+		e.requestAbort(e.timeoutAbort(err), e.inflight.wake)
 	case isFenced(err):
-		_ = l.eosFenced(err)
-	case tooLarge(err) && !l.recordTooLarge(rec):
-		l.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: fmt.Errorf(
+		_ = e.fence(err)
+	case tooLarge(err) && !recordTooLarge(rec, e.cfg.MaxBatchBytes):
+		e.fails.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: fmt.Errorf(
 			"%w; the record itself is %d bytes, so its batch was refused: the topic's max.message.bytes is below --producer-batch-max-bytes (%d), lower that flag to at most the topic's limit",
-			err, recordSize(rec), l.cfg.MaxBatchBytes)})
-	case recordRejected(err) && l.cfg.DeadLetterTopic != "" && !m.deadLetter:
+			err, recordSize(rec), e.cfg.MaxBatchBytes)})
+	case recordRejected(err) && e.cfg.DeadLetterTopic != "" && !m.deadLetter:
 		// Retried as is, it would be refused again, forever: the replay
-		// sends it to the dead-letter topic instead (eosDivert).
+		// sends it to the dead-letter topic instead (divert).
 		e.addDivert(m.key, err)
-		e.requestAbort(fmt.Errorf("kafka refused event %q (lsn %s) for topic %q: %w; it goes to the dead-letter topic on the retry", m.eventID, m.lsn, rec.Topic, err), l.inflight.wake)
+		e.requestAbort(fmt.Errorf("kafka refused event %q (lsn %s) for topic %q: %w; it goes to the dead-letter topic on the retry", m.eventID, m.lsn, rec.Topic, err), e.inflight.wake)
 	case recordRejected(err) || operatorError(err):
-		l.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: err})
+		e.fails.fail(&ProduceError{Topic: rec.Topic, EventID: m.eventID, LSN: m.lsn, Err: err})
 	default:
-		e.requestAbort(fmt.Errorf("produce event %q (lsn %s) to %q: %w", m.eventID, m.lsn, rec.Topic, err), l.inflight.wake)
+		e.requestAbort(fmt.Errorf("produce event %q (lsn %s) to %q: %w", m.eventID, m.lsn, rec.Topic, err), e.inflight.wake)
 	}
+	return true
 }
 
 // operatorError reports produce errors only an operator can fix; retrying
@@ -891,36 +895,108 @@ func operatorError(err error) bool {
 		errors.Is(err, kerr.InvalidTimestamp)
 }
 
-// eosDivert replaces a record Kafka refused in an aborted transaction by its
+// divert replaces a record Kafka refused in an aborted transaction by its
 // dead-letter record.
-func (l *loop) eosDivert(rec *kgo.Record, m *inflightRecord) *kgo.Record {
+func (e *eosState) divert(rec *kgo.Record, m *inflightRecord) *kgo.Record {
 	if m.deadLetter {
 		return rec
 	}
-	err := l.eos.divertErr(m.key)
+	err := e.divertErr(m.key)
 	if err == nil {
 		return rec
 	}
 	m.deadLetter = true
-	l.log.Warn("kafka refused an outbox record; routed to the dead-letter topic",
+	e.log.Warn("kafka refused an outbox record; routed to the dead-letter topic",
 		"event_id", m.eventID, "lsn", m.lsn.String(), "xid", m.xid, "topic", rec.Topic,
-		"dead_letter_topic", l.cfg.DeadLetterTopic, "err", err)
-	return router.RefusedRecord(rec, m.origin(), l.cfg.DeadLetterTopic,
+		"dead_letter_topic", e.cfg.DeadLetterTopic, "err", err)
+	return router.RefusedRecord(rec, m.origin(), e.cfg.DeadLetterTopic,
 		fmt.Sprintf("kafka refused the record for topic %q (%d bytes): %v", rec.Topic, len(rec.Value), err),
 		tooLarge(err))
 }
 
-// eosEndSession runs when a session ends: a running commit is finished
+// endSession runs when a session ends: a running commit is finished
 // (its outcome stands, whatever ended the session), and a transaction left
 // open is aborted; the next session produces it again.
-func (l *loop) eosEndSession(ctx context.Context) {
-	if l.eos.fenced.Load() {
+func (e *eosState) endSession(ctx context.Context) {
+	if e.fenced.Load() {
 		return
 	}
-	if err := l.eosWaitCommit(ctx); err != nil && !isTxnAborted(err) {
-		l.log.Warn("could not finish the kafka transaction that was committing when the session ended; whatever is not committed and confirmed is sent again by the next session (the state topic skips what is committed)", "err", err)
+	if err := e.waitCommit(ctx); err != nil && !isTxnAborted(err) {
+		e.log.Warn("could not finish the kafka transaction that was committing when the session ended; whatever is not committed and confirmed is sent again by the next session (the state topic skips what is committed)", "err", err)
 	}
-	if l.eos.open || l.eos.begun {
-		_ = l.eosAbort(ctx, errors.New("the replication session ended"))
+	if e.open || e.begun {
+		_ = e.abort(ctx, errors.New("the replication session ended"))
 	}
+}
+
+// eosState as a deliveryMode (delivery.go).
+
+var _ deliveryMode = (*eosState)(nil)
+
+func (e *eosState) bind(link sessionLink, produceCtx context.Context) {
+	e.link, e.produceCtx = link, produceCtx
+}
+
+func (e *eosState) run(start pglogrepl.LSN) { e.safe = start }
+
+// sessionTracker starts from what Kafka committed: the tracker counts the
+// acks of an aborted transaction's records.
+func (e *eosState) sessionTracker(*checkpoint.Tracker) *checkpoint.Tracker {
+	return checkpoint.New(e.safe)
+}
+
+// needsHistory: positions are committed with the server's history and
+// checked against it (history.go).
+func (e *eosState) needsHistory() bool { return true }
+
+func (e *eosState) rewound(start pglogrepl.LSN) { e.safe = min(e.safe, start) }
+
+func (e *eosState) committedThrough() pglogrepl.LSN { return e.skipEnd }
+
+// buffersUncounted: the state record is not counted in flight.
+func (e *eosState) buffersUncounted() bool { return true }
+
+// lostSessionAborted: records of a Kafka transaction that is never
+// committed stay invisible to read_committed consumers; the next session
+// aborts it, or the holder's producer id load does.
+func (e *eosState) lostSessionAborted() bool { return true }
+
+func (e *eosState) unfence(clearFailure func()) (string, bool) {
+	clearFailure()
+	e.fenced.Store(false)
+	return e.txnID, true
+}
+
+func (e *eosState) acked(key replayKey) { e.sent.acked(key, true) }
+
+func (e *eosState) mayConfirm(tracked pglogrepl.LSN) (pglogrepl.LSN, bool) {
+	if e.fenced.Load() {
+		return 0, false
+	}
+	return e.confirmable(tracked), true
+}
+
+func (e *eosState) fencedOff() bool { return e.fenced.Load() }
+
+// resumeFrom: a new session starts from what Kafka committed.
+func (e *eosState) resumeFrom(pglogrepl.LSN) pglogrepl.LSN { return e.safe }
+
+func (e *eosState) idle() bool {
+	return !e.open && e.committing == nil && len(e.queue) == 0
+}
+
+// flushUnits commits the open Kafka transaction now, between Postgres
+// transactions, and holds the loop until it did (unstreamDrain).
+func (e *eosState) flushUnits(ctx context.Context, tracked pglogrepl.LSN) (bool, error) {
+	switch {
+	case e.committing != nil:
+		return true, e.waitCommit(ctx)
+	case e.open:
+		// Between Postgres transactions: due now, tick commits it.
+		e.full = true
+		return true, e.tick(ctx)
+	}
+	// Nothing open: what the tracker acknowledged is committed.
+	e.confirmable(tracked)
+	return false, nil
 }
