@@ -536,6 +536,13 @@ var options = []*option{
 		check: func(c *Config) error { return checkPositiveInt(c.ValueSchema.CacheSize) },
 	},
 	{
+		flag: "schema-latest-ttl", env: "WALBOX_SCHEMA_LATEST_TTL", yaml: "schema_latest_ttl", group: groupSchemaRegistry,
+		help: "How long a subject's latest version is used before it is read again (a version registered meanwhile is used from then on; " +
+			"a registry that is down then keeps the cached one); 0 reads it once per subject. Confluent's latest.cache.ttl.sec",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ValueSchema.LatestTTL }),
+		check: checkLatestTTL,
+	},
+	{
 		flag: "value-protobuf-message", env: "WALBOX_VALUE_PROTOBUF_MESSAGE", yaml: "value_protobuf_message", group: groupSchemaRegistry,
 		help:  "Fully-qualified name of the message a protobuf schema encodes the value as; empty is the file's first message",
 		value: stringValue("NAME", func(c *Config) *string { return &c.ValueSchema.ProtobufMessage }),

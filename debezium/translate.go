@@ -121,6 +121,8 @@ type translator struct {
 	problems     []Problem
 	// dsn collects the libpq key=value pairs in a fixed order.
 	dsn []string
+	// registry is the first schema registry converter's connection.
+	registry *registryConn
 }
 
 // order sorts mappings by file, then line, then key.

@@ -213,7 +213,10 @@ func (t *translator) converter(key string) eventrouter.ConverterConfig {
 	case byteArrayConverterClass, "ByteArrayConverter":
 		cc.Kind = eventrouter.ByteArrayConverter
 	default:
-		t.fail(p, key, "walbox reproduces the bytes of StringConverter, JsonConverter and ByteArrayConverter only",
+		if format, ok := registryFormat(class); ok {
+			return t.registryConverter(p, key, class, format)
+		}
+		t.fail(p, key, "walbox reproduces the bytes of StringConverter, JsonConverter and ByteArrayConverter, and maps Confluent's AvroConverter, ProtobufConverter and JsonSchemaConverter and Apicurio's AvroConverter to its schema registry encoders",
 			"switch Debezium to one of them first (consumers must then read that format), or stay on Debezium")
 		t.consumePrefix(p, key+".")
 		return eventrouter.Defaults().KeyConverter
