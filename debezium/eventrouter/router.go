@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -357,7 +358,14 @@ func (r *Router) encode(rec *kgo.Record) (*rowError, error) {
 		}
 	}
 	if cfg.ValueConverter.Kind == RegistryConverter && rec.Value != nil {
-		out, err := cfg.Values.EncodeValue(nil, rec.Topic, rec.Value)
+		doc := rec.Value
+		if !cfg.ExpandJSONPayload {
+			// Debezium's value is then the payload's text, a Connect
+			// string, which the converter writes as a string of the
+			// schema (an Avro "string", a JSON Schema of type string).
+			doc, _ = json.Marshal(string(rec.Value))
+		}
+		out, err := cfg.Values.EncodeValue(nil, rec.Topic, doc)
 		switch {
 		case err == nil:
 			rec.Value = out
@@ -632,7 +640,8 @@ func convert(c ConverterConfig, s *schema, v any) ([]byte, error) {
 		case string:
 			return []byte(x), nil
 		case []byte:
-			return x, nil
+			return nil, fmt.Errorf("a bytea payload: Debezium's registry converters write it as bytes of the schema, which walbox does not; " +
+				"use a text, json or jsonb payload column, or ByteArrayConverter with --value-format pre-encoded for payloads already in Confluent's wire format")
 		case *structVal:
 			return nil, fmt.Errorf("a schema registry converter encodes a text, json, jsonb or bytea column, not a %s", javaClass(v))
 		}
