@@ -28,6 +28,7 @@ func debeziumConfigOption() *option { return optionByFlag("debezium-config") }
 var routingOptions = []string{
 	"topic", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type", "column-payload",
 	"column-headers", "column-topic", "invalid-rows", "dead-letter-topic", "message-prefix", "message-prefix-allow-public",
+	"cloudevents", "cloudevents-source",
 }
 
 // DebeziumTranslation reads and translates the files of --debezium-config

@@ -392,6 +392,19 @@ var options = []*option{
 		},
 	},
 	{
+		flag: "cloudevents", env: "WALBOX_CLOUDEVENTS", yaml: "cloudevents", group: groupRouting,
+		help: "Send each record as a CloudEvent (Kafka protocol binding): binary adds ce_specversion, ce_id (the event id), ce_source, ce_type (the event type), " +
+			"ce_time (the commit time) and content-type headers to the record; structured sends the JSON event format with the payload under data; none sends the record as it is",
+		value:  enumValue("MODE", func(c *Config) *string { return &c.CloudEvents }, router.CloudEventsModes...),
+		router: router.FieldCloudEventsMode,
+	},
+	{
+		flag: "cloudevents-source", env: "WALBOX_CLOUDEVENTS_SOURCE", yaml: "cloudevents_source", group: groupRouting,
+		help:  "The CloudEvents source attribute (a URI reference, e.g. /orders-service); empty is /walbox/<schema>.<table> of the row's table",
+		value: stringValue("URI", func(c *Config) *string { return &c.CloudEventsSource }),
+		check: checkCloudEventsSource,
+	},
+	{
 		flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", yaml: "message_prefix", group: groupRouting,
 		help:     "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
 		value:    stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),

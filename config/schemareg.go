@@ -291,3 +291,16 @@ func checkLatestTTL(c *Config) error {
 	}
 	return nil
 }
+
+func checkCloudEventsSource(c *Config) error {
+	s := c.CloudEventsSource
+	if s != "" && (c.CloudEvents == "" || c.CloudEvents == "none") {
+		return badf("set, but --cloudevents is none; set --cloudevents to binary or structured, or remove it")
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == ' ' {
+			return badf("a URI reference has no spaces or control characters")
+		}
+	}
+	return nil
+}

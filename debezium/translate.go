@@ -20,6 +20,8 @@ const (
 	jsonConverterClass      = "org.apache.kafka.connect.json.JsonConverter"
 	byteArrayConverterClass = "org.apache.kafka.connect.converters.ByteArrayConverter"
 	simpleHeaderConverter   = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+	// cloudEventsConverterClass is refused by name: see converter.
+	cloudEventsConverterClass = "io.debezium.converters.CloudEventsConverter"
 )
 
 // Debezium's defaults that walbox applies when the key is absent.

@@ -102,6 +102,8 @@ func TestTranslateRegistryConverters(t *testing.T) {
 				"value.converter.apicurio.registry.use-id": "use-id=contentId", "value.converter.apicurio.registry.headers.enabled": "headers.enabled=false"}},
 		{name: "apicurio headers", conf: withConverters(stringKey, strings.ReplaceAll(apicurioRegistered, "headers.enabled=false", "headers.enabled=true")),
 			refused: map[string]string{"value.converter.apicurio.registry.headers.enabled": "headers.enabled=false"}},
+		{name: "Debezium's CloudEventsConverter", conf: withConverters(stringKey, "value.converter=io.debezium.converters.CloudEventsConverter", "value.converter.serializer.type=json"),
+			refused: map[string]string{"value.converter": "--cloudevents"}},
 		{name: "apicurio url", conf: withConverters(stringKey, strings.ReplaceAll(apicurioRegistered, "/apis/registry/v2", "/api")),
 			refused: map[string]string{"value.converter.apicurio.registry.url": "/apis/registry/v2"}},
 	} {
