@@ -50,7 +50,18 @@ func TestDebeziumModeAvro(t *testing.T) {
 	parallel(t)
 	f := srfake.New()
 	t.Cleanup(f.Close)
-	testDebeziumModeAvro(t, f.URL())
+	testDebeziumModeAvro(t, f.URL(), confluentAvroConverter(f.URL()))
+}
+
+// confluentAvroConverter is the value converter of the issue's "done when".
+func confluentAvroConverter(url string) string {
+	return `value.converter=io.confluent.connect.avro.AvroConverter
+value.converter.schema.registry.url=` + url + `
+value.converter.auto.register.schemas=false
+value.converter.use.latest.version=true
+value.converter.latest.compatibility.strict=false
+value.converter.value.subject.name.strategy=io.confluent.kafka.serializers.subject.TopicNameStrategy
+`
 }
 
 // TestDebeziumModeAvroApicurio is TestDebeziumModeAvro against Apicurio
@@ -58,10 +69,23 @@ func TestDebeziumModeAvro(t *testing.T) {
 func TestDebeziumModeAvroApicurio(t *testing.T) {
 	fulltest.Require(t, "starts Apicurio Registry")
 	parallel(t)
-	testDebeziumModeAvro(t, registrytest.Start(t).URL)
+	reg := registrytest.Start(t)
+	t.Run("confluent converter", func(t *testing.T) { testDebeziumModeAvro(t, reg.URL, confluentAvroConverter(reg.URL)) })
+	// Apicurio's own converter in its Confluent layout, given Apicurio's
+	// native API URL: walbox speaks the Confluent-compatible API beside it.
+	t.Run("apicurio converter", func(t *testing.T) {
+		testDebeziumModeAvro(t, reg.URL, `value.converter=io.apicurio.registry.utils.converter.AvroConverter
+value.converter.apicurio.registry.url=`+strings.TrimSuffix(reg.URL, "/apis/ccompat/v7")+`/apis/registry/v2
+value.converter.apicurio.registry.auto-register=false
+value.converter.apicurio.registry.find-latest=true
+value.converter.apicurio.registry.as-confluent=true
+value.converter.apicurio.registry.use-id=contentId
+value.converter.apicurio.registry.headers.enabled=false
+`)
+	})
 }
 
-func testDebeziumModeAvro(t *testing.T, registryURL string) {
+func testDebeziumModeAvro(t *testing.T, registryURL, converter string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	admin, err := sr.NewClient(sr.URLs(registryURL))
@@ -106,13 +130,7 @@ transforms.outbox.table.field.event.key=aggregate_id
 transforms.outbox.route.by.field=aggregate_type
 transforms.outbox.table.expand.json.payload=true
 key.converter=org.apache.kafka.connect.storage.StringConverter
-value.converter=io.confluent.connect.avro.AvroConverter
-value.converter.schema.registry.url=%s
-value.converter.auto.register.schemas=false
-value.converter.use.latest.version=true
-value.converter.latest.compatibility.strict=false
-value.converter.value.subject.name.strategy=io.confluent.kafka.serializers.subject.TopicNameStrategy
-`, pg.Port(), db, registryURL)
+%s`, pg.Port(), db, converter)
 	cpath, wpath := filepath.Join(dir, "connector.properties"), filepath.Join(dir, "worker.properties")
 	if err := os.WriteFile(cpath, []byte(connector), 0o600); err != nil {
 		t.Fatal(err)
