@@ -103,6 +103,11 @@ func (t *translator) registryConverter(p *Properties, key, class string, format 
 	switch {
 	case !autoRegister && useLatest:
 		// The registered contract: walbox's default schema source.
+		if !isKey && !expand {
+			t.out.Warnings = append(t.out.Warnings, Problem{Key: ulKey, Where: p.Where(ulKey),
+				Why: "table.expand.json.payload is false, so the value is the payload's text as a string of the registered schema, as Debezium's is " +
+					"(the latest schema must be an Avro \"string\" or a JSON Schema of type string); for a record schema set table.expand.json.payload=true"})
+		}
 	case autoRegister && !isKey && expand:
 		t.setOption(ValueSchemaSourceFlag, "inferred", arKey, "table.expand.json.payload")
 	case autoRegister && isKey:

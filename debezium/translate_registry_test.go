@@ -138,6 +138,14 @@ func TestTranslateRegistryConverters(t *testing.T) {
 					t.Errorf("--%s = %q (set %v), want %q", flag, got, ok, v)
 				}
 			}
+			// Without expansion, the value is the payload's text: said.
+			warned := false
+			for _, w := range tr.Warnings {
+				warned = warned || strings.Contains(w.Why, "the payload's text as a string")
+			}
+			if registered := !strings.Contains(tc.conf, "expand.json.payload=true") && tc.opts[ValueSchemaSourceFlag] == ""; warned != registered {
+				t.Errorf("warning about the payload as a string: %v, want %v (%v)", warned, registered, tr.Warnings)
+			}
 			// Secrets never show in the mappings.
 			for _, m := range tr.Mappings {
 				if strings.Contains(m.Value, "s3cret") || (strings.Contains(m.Key, "token") && m.Value == "tok") {
