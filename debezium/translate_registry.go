@@ -124,12 +124,14 @@ func (t *translator) registryConverter(p *Properties, key, class string, format 
 		t.fail(p, key, "walbox encodes the key as the aggregate id's text, and a Protobuf schema is a message", "use StringConverter, or an Avro or JSON Schema converter, for the key")
 	}
 
-	if conn.url == "" {
-		urlKey := key + ".schema.registry.url"
-		if apicurio {
-			urlKey = key + ".apicurio.registry.url"
-		}
+	urlKey := key + ".schema.registry.url"
+	if apicurio {
+		urlKey = key + ".apicurio.registry.url"
+	}
+	if v, given := p.Get(urlKey); !given {
 		t.fail(nil, urlKey, "missing: the converter needs the registry", "set "+urlKey)
+	} else if strings.TrimSpace(v) == "" {
+		t.fail(p, urlKey, "empty: the converter needs the registry", "set it to the registry's URL")
 	}
 	if t.registry == nil {
 		t.registry = &conn

@@ -80,6 +80,8 @@ func TestTranslateRegistryConverters(t *testing.T) {
 			refused: map[string]string{"value.converter.use.latest.version": "use.latest.version=true"}},
 		{name: "no url", conf: withConverters(stringKey, strings.ReplaceAll(confluentRegistered, "value.converter.schema.registry.url=http://registry:8081\n", "")),
 			refused: map[string]string{"value.converter.schema.registry.url": "set value.converter.schema.registry.url"}},
+		{name: "empty url", conf: withConverters(stringKey, strings.ReplaceAll(confluentRegistered, "http://registry:8081", "")),
+			refused: map[string]string{"value.converter.schema.registry.url": "registry's URL"}},
 		{name: "credentials source URL with userinfo", conf: withConverters(stringKey, strings.ReplaceAll(confluentRegistered, "http://registry", "http://u:p@registry")),
 			refused: map[string]string{"value.converter.schema.registry.url": "USER_INFO"}},
 		{name: "SASL_INHERIT", conf: withConverters(stringKey, confluentRegistered, "value.converter.basic.auth.credentials.source=SASL_INHERIT"),
