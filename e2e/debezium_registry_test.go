@@ -50,7 +50,22 @@ func TestDebeziumModeAvro(t *testing.T) {
 	parallel(t)
 	f := srfake.New()
 	t.Cleanup(f.Close)
-	testDebeziumModeAvro(t, f.URL(), confluentAvroConverter(f.URL()))
+	t.Run("Avro key too", func(t *testing.T) {
+		testDebeziumModeAvro(t, f.URL(), confluentAvroConverter(f.URL()), avroRun{avroKey: true})
+	})
+	t.Run("exactly-once", func(t *testing.T) {
+		fulltest.Require(t, "Debezium mode with Avro through Kafka transactions; the short run covers at-least-once")
+		testDebeziumModeAvro(t, f.URL(), confluentAvroConverter(f.URL()), avroRun{exactlyOnce: true})
+	})
+}
+
+// avroRun varies testDebeziumModeAvro.
+type avroRun struct {
+	// avroKey makes the key converter Confluent's AvroConverter too, with
+	// "string" registered under <topic>-key.
+	avroKey bool
+	// exactlyOnce runs walbox with --delivery exactly-once.
+	exactlyOnce bool
 }
 
 // confluentAvroConverter is the value converter of the issue's "done when".
@@ -70,7 +85,7 @@ func TestDebeziumModeAvroApicurio(t *testing.T) {
 	fulltest.Require(t, "starts Apicurio Registry")
 	parallel(t)
 	reg := registrytest.Start(t)
-	t.Run("confluent converter", func(t *testing.T) { testDebeziumModeAvro(t, reg.URL, confluentAvroConverter(reg.URL)) })
+	t.Run("confluent converter", func(t *testing.T) { testDebeziumModeAvro(t, reg.URL, confluentAvroConverter(reg.URL), avroRun{avroKey: true}) })
 	// Apicurio's own converter in its Confluent layout, given Apicurio's
 	// native API URL: walbox speaks the Confluent-compatible API beside it.
 	t.Run("apicurio converter", func(t *testing.T) {
@@ -81,11 +96,11 @@ value.converter.apicurio.registry.find-latest=true
 value.converter.apicurio.registry.as-confluent=true
 value.converter.apicurio.registry.use-id=contentId
 value.converter.apicurio.registry.headers.enabled=false
-`)
+`, avroRun{})
 	})
 }
 
-func testDebeziumModeAvro(t *testing.T, registryURL, converter string) {
+func testDebeziumModeAvro(t *testing.T, registryURL, converter string, run avroRun) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	admin, err := sr.NewClient(sr.URLs(registryURL))
@@ -99,6 +114,18 @@ func testDebeziumModeAvro(t *testing.T, registryURL, converter string) {
 			t.Fatal(err)
 		}
 		ids[topic] = ss.ID
+		if run.avroKey {
+			ks, err := admin.CreateSchema(ctx, topic+"-key", sr.Schema{Schema: `"string"`})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[topic+"-key"] = ks.ID
+		}
+	}
+	keyConverter := "key.converter=org.apache.kafka.connect.storage.StringConverter\n"
+	if run.avroKey {
+		keyConverter = strings.ReplaceAll(confluentAvroConverter(registryURL), "value.converter", "key.converter")
+		keyConverter = strings.ReplaceAll(keyConverter, "key.converter.value.subject.name.strategy", "key.converter.key.subject.name.strategy")
 	}
 	brokers := kfakeBrokers(t)
 	pg := pgtest.Start(t, pgtest.WorkMemServerDefault)
@@ -129,8 +156,7 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
 transforms.outbox.table.field.event.key=aggregate_id
 transforms.outbox.route.by.field=aggregate_type
 transforms.outbox.table.expand.json.payload=true
-key.converter=org.apache.kafka.connect.storage.StringConverter
-%s`, pg.Port(), db, converter)
+%s%s`, pg.Port(), db, keyConverter, converter)
 	cpath, wpath := filepath.Join(dir, "connector.properties"), filepath.Join(dir, "worker.properties")
 	if err := os.WriteFile(cpath, []byte(connector), 0o600); err != nil {
 		t.Fatal(err)
@@ -139,7 +165,11 @@ key.converter=org.apache.kafka.connect.storage.StringConverter
 		t.Fatal(err)
 	}
 	col := startCollector(ctx, t, brokers)
-	p := startWalbox(t, []string{"WALBOX_METRICS_ADDR=127.0.0.1:0"}, "--debezium-config", cpath, "--debezium-worker-config", wpath)
+	args := []string{"--debezium-config", cpath, "--debezium-worker-config", wpath}
+	if run.exactlyOnce {
+		args = append(args, "--delivery", "exactly-once")
+	}
+	p := startWalbox(t, []string{"WALBOX_METRICS_ADDR=127.0.0.1:0"}, args...)
 	waitUntil(ctx, t, time.Minute, "walbox to stream from slot orders_avro", func() bool {
 		var active bool
 		_ = conn.QueryRow(ctx, "SELECT active FROM pg_replication_slots WHERE slot_name = 'orders_avro'").Scan(&active)
@@ -199,7 +229,20 @@ key.converter=org.apache.kafka.connect.storage.StringConverter
 		if err := json.Unmarshal(e.Payload, &wantP); err != nil {
 			t.Fatal(err)
 		}
-		if gotP != wantP || r.Topic != e.Topic() || r.Key != e.AggregateID {
+		key := r.Key
+		if run.avroKey {
+			kid, kbody, err := schemareg.ParseHeader([]byte(r.Key))
+			if err == nil && int(kid) != ids[r.Topic+"-key"] {
+				err = fmt.Errorf("key schema id %d, want %d", kid, ids[r.Topic+"-key"])
+			}
+			if err == nil {
+				err = avro.Unmarshal(avro.MustParse(`"string"`), kbody, &key)
+			}
+			if err != nil {
+				t.Errorf("record %s: key %q: %v", e.ID, r.Key, err)
+			}
+		}
+		if gotP != wantP || r.Topic != e.Topic() || key != e.AggregateID {
 			t.Errorf("record %s/%s key %s: %+v; want %s key %s %+v", r.Topic, e.ID, r.Key, gotP, e.Topic(), e.AggregateID, wantP)
 		}
 	}
