@@ -33,7 +33,7 @@ func slotStatsRows(res *Results) []slotRow {
 	}
 	if s := res.Steady; s != nil {
 		for _, r := range s.Runs {
-			add(fmt.Sprintf("steady load, %s events/s, %s", thousands(s.TargetRate), r.Relay), r.SlotStats)
+			add(fmt.Sprintf("steady load, %s events/s, %s", thousands(steadyRate(s, r)), r.Relay), r.SlotStats)
 		}
 	}
 	if l := res.LargeTxn; l != nil {

@@ -41,6 +41,9 @@ type Results struct {
 	Errors           []string `json:"errors,omitempty"`
 	Notes            []string `json:"notes"`
 
+	// Avro is what the Avro runs add (bench/avro.go; Config.Avro).
+	Avro *AvroResult `json:"avro,omitempty"`
+
 	// Debezium is walbox against Debezium from the same run
 	// (--with-debezium).
 	Debezium *DebeziumResult `json:"debezium,omitempty"`
@@ -303,7 +306,7 @@ func peakRSSSummary(res *Results) []RSSFigure {
 	}
 	if s := res.Steady; s != nil {
 		for _, r := range s.Runs {
-			add(r.Relay, fmt.Sprintf("steady load, %s events/s%s", thousands(s.TargetRate), relayNote(r.Relay)), r.PeakRSSBytes)
+			add(r.Relay, fmt.Sprintf("steady load, %s events/s%s", thousands(steadyRate(s, r)), relayNote(r.Relay)), r.PeakRSSBytes)
 		}
 	}
 	if l := res.LargeTxn; l != nil {

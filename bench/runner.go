@@ -76,6 +76,11 @@ type Config struct {
 	ExactlyOnce    bool
 	EOSTxnInterval time.Duration
 
+	// Avro adds walbox with --value-format avro (relay "walbox-avro")
+	// against a registry served from this process to the backlog drain,
+	// and a steady run of it at 2,000 events/s (bench/avro.go).
+	Avro bool
+
 	Log      *slog.Logger // diagnostics; relay logs at warn and above
 	Progress io.Writer    // one line per step
 
@@ -105,6 +110,8 @@ type Runner struct {
 	nextID int64
 	run    int    // run counter, for unique topic names
 	bin    string // the walbox binary
+	// registry serves the Avro runs' schemas (Config.Avro).
+	registry *benchRegistry
 }
 
 // NewRunner returns a runner for cfg on env.
@@ -182,6 +189,11 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 		}
 	}
 	r.bin = bin
+	if c.Avro {
+		r.registry = startRegistry()
+		defer r.registry.Close()
+		r.res.Avro = &AvroResult{DistinctSchemas: 2}
+	}
 	if c.wants("backlog") {
 		r.backlog(ctx)
 	}
@@ -205,7 +217,7 @@ func (r *Runner) Run(ctx context.Context) (*Results, error) {
 		r.res.Settings.EOSTxnIntervalMs = float64(c.EOSTxnInterval) / float64(time.Millisecond)
 	}
 	r.res.Comparisons = append(compare(r.res), compareDelivery(r.res)...)
-	r.res.Notes = append(notes(r.res), deliveryNotes(r.res)...)
+	r.res.Notes = append(append(notes(r.res), deliveryNotes(r.res)...), avroNotes(r.res)...)
 	r.res.Debezium = r.debeziumSummary()
 	r.res.DurationSeconds = time.Since(r.res.Started).Seconds()
 	r.res.Machine.LoadAvgEnd = loadAvg()
@@ -443,6 +455,9 @@ func (r *Runner) backlog(ctx context.Context) {
 	if c.ExactlyOnce {
 		slots = append(slots, "bench_walbox_eos")
 	}
+	if c.Avro {
+		slots = append(slots, "bench_walbox_avro")
+	}
 	for _, slot := range slots {
 		if _, err := r.env.CreateSlot(ctx, slot); err != nil {
 			r.fail("backlog", err)
@@ -459,6 +474,19 @@ func (r *Runner) backlog(ctx context.Context) {
 	if c.ExactlyOnce {
 		record(r.drain(ctx, r.env.NewWalboxEOS(r.bin, "bench_walbox_eos", r.prefix("backlog", "walbox-eos"), c.WalboxLinger, c.EOSTxnInterval,
 			filepath.Join(c.OutDir, "walbox-eos-backlog.log")), n, target, res.PayloadBytes, 0, nil, nil))
+	}
+	if c.Avro {
+		prefix := r.prefix("backlog", "walbox-avro")
+		if err := r.registry.register(prefix); err != nil {
+			r.fail("backlog walbox-avro", err)
+		} else {
+			before := r.registry.requests.Load()
+			record(r.drain(ctx, r.env.NewWalboxAvro(r.bin, "bench_walbox_avro", prefix, c.WalboxLinger, r.registry.URL(),
+				filepath.Join(c.OutDir, "walbox-avro-backlog.log")), n, target, res.PayloadBytes, 0, nil, nil))
+			a := r.res.Avro
+			a.BacklogRequests, a.BacklogEvents = r.registry.requests.Load()-before, n
+			a.RequestsPerMillion = float64(a.BacklogRequests) * 1e6 / float64(n)
+		}
 	}
 	if c.CPUProfile != "" {
 		onStart, onDone := r.profiler(c.CPUProfile, &r.res.CPUProfile)

@@ -74,6 +74,22 @@ func (r *Runner) steady(ctx context.Context) {
 		}
 		res.Runs = append(res.Runs, run)
 	}
+	if c.Avro && ctx.Err() == nil {
+		// At the rate for the Avro latency target; its database
+		// cost is not the baseline's rate, so it is left absolute.
+		prefix := r.prefix("steady", "walbox-avro")
+		if err := r.registry.register(prefix); err != nil {
+			r.fail("steady walbox-avro", err)
+			return
+		}
+		avroLoad := load
+		avroLoad.Rate = avroSteadyRate
+		before := r.registry.requests.Load()
+		run := r.steadyRun(ctx, r.env.NewWalboxAvro(r.bin, "bench_walbox_avro", prefix, c.WalboxLinger, r.registry.URL(),
+			filepath.Join(c.OutDir, "walbox-avro-steady.log")), avroLoad, nil, nil)
+		r.res.Avro.SteadyRequests = r.registry.requests.Load() - before
+		res.Runs = append(res.Runs, run)
+	}
 }
 
 // steadyRun runs the writer at the steady load with rel relaying and a

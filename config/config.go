@@ -66,6 +66,12 @@ type Config struct {
 	// DeadLetterTopic receives invalid rows; required when InvalidRows is
 	// "dead-letter", ignored otherwise. Default "".
 	DeadLetterTopic string
+	// CloudEvents is "none" (default), "binary" or "structured": the
+	// CloudEvents Kafka protocol binding's mode (router.CloudEvents).
+	CloudEvents string
+	// CloudEventsSource is the ce_source attribute; "" is
+	// "/walbox/<schema>.<table>".
+	CloudEventsSource string
 	// MessagePrefix, when set, routes transactional logical decoding
 	// messages with this prefix as outbox events.
 	MessagePrefix string
@@ -247,6 +253,7 @@ func Defaults() Config {
 		Columns:     router.DefaultColumns(),
 		InvalidRows: InvalidRowsFail,
 		ValueFormat: ValueFormatJSON,
+		CloudEvents: "none",
 		KeyFormat:   KeyFormatText,
 		ValueSchema: ValueSchema{Strategy: string(schemareg.TopicName), CacheSize: schemareg.DefaultCacheSize, Source: string(schemareg.Registered)},
 		SchemaRegistry: schemareg.ClientConfig{
@@ -293,7 +300,21 @@ func (c Config) RouterConfig() router.Config {
 		TopicTemplate:   c.Topic,
 		InvalidRows:     router.Policy(c.InvalidRows),
 		DeadLetterTopic: c.DeadLetterTopic,
+		CloudEvents:     c.cloudEvents(),
 	}
+}
+
+// cloudEvents is the router's CloudEvents settings; the data's content
+// type follows --value-format.
+func (c Config) cloudEvents() router.CloudEvents {
+	if c.CloudEvents == "" || c.CloudEvents == "none" {
+		return router.CloudEvents{}
+	}
+	ct := map[string]string{
+		"avro": "application/avro", "protobuf": "application/x-protobuf", "json-schema": "application/json",
+		"pre-encoded": "application/octet-stream",
+	}[c.ValueFormat]
+	return router.CloudEvents{Mode: router.CloudEventsMode(c.CloudEvents), Source: c.CloudEventsSource, DataContentType: ct}
 }
 
 // SlotctlConfig returns the names slotctl checks and manages, with

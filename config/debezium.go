@@ -28,6 +28,7 @@ func debeziumConfigOption() *option { return optionByFlag("debezium-config") }
 var routingOptions = []string{
 	"topic", "column-id", "column-aggregate-type", "column-aggregate-id", "column-event-type", "column-payload",
 	"column-headers", "column-topic", "invalid-rows", "dead-letter-topic", "message-prefix", "message-prefix-allow-public",
+	"cloudevents", "cloudevents-source",
 }
 
 // DebeziumTranslation reads and translates the files of --debezium-config
@@ -135,6 +136,21 @@ func applyDebezium(c *Config, where map[*option]string, set func(o *option, v, f
 	}
 	if c.Snapshot != "" && c.Snapshot != "none" {
 		errs = append(errs, problemf(nil, "--snapshot %s does not apply with --debezium-config: walbox takes over Debezium's slot and sends Debezium's records, not walbox's; remove it", c.Snapshot))
+	}
+	// The formats follow the converters in Debezium mode: an explicit
+	// --value-format or --key-format with a converter that uses no
+	// registry would leave the records to the converter.
+	for _, f := range []struct {
+		flag, key string
+		encodes   bool
+	}{{"value-format", "value.converter", c.encodesValues()}, {"key-format", "key.converter", c.EncodesKeys()}} {
+		o := optionByFlag(f.flag)
+		from, explicit := where[o]
+		if _, mapped := tr.Option(f.flag); explicit && !mapped && f.encodes {
+			errs = append(errs, problemf(nil, "--%s (%s) does not apply with --debezium-config: %s of %s decides the format; "+
+				"set %s to a schema registry converter (such as io.confluent.connect.avro.AvroConverter), or remove --%s",
+				o.flag, sourceName(o, from), f.key, c.DebeziumConfig, f.key, o.flag))
+		}
 	}
 	for _, ov := range tr.Options {
 		o := optionByFlag(ov.Flag)

@@ -223,7 +223,7 @@ func TestLoadErrors(t *testing.T) {
 			name: "unknown YAML key names key, line and valid keys",
 			file: "slot: walbox\nslot_name: x\n",
 			wantErr: []string{
-				`walbox.yaml:2: unknown key "slot_name" (did you mean "slot"?); valid keys: columns, create_slot, dead_letter_topic,`,
+				`walbox.yaml:2: unknown key "slot_name" (did you mean "slot"?); valid keys: cloudevents, cloudevents_source, columns, create_slot, dead_letter_topic,`,
 				"status_interval, streaming, table, topic",
 			},
 		},

@@ -392,6 +392,19 @@ var options = []*option{
 		},
 	},
 	{
+		flag: "cloudevents", env: "WALBOX_CLOUDEVENTS", yaml: "cloudevents", group: groupRouting,
+		help: "Send each record as a CloudEvent (Kafka protocol binding): binary adds ce_specversion, ce_id (the event id), ce_source, ce_type (the event type), " +
+			"ce_time (the commit time) and content-type headers to the record; structured sends the JSON event format with the payload under data; none sends the record as it is",
+		value:  enumValue("MODE", func(c *Config) *string { return &c.CloudEvents }, router.CloudEventsModes...),
+		router: router.FieldCloudEventsMode,
+	},
+	{
+		flag: "cloudevents-source", env: "WALBOX_CLOUDEVENTS_SOURCE", yaml: "cloudevents_source", group: groupRouting,
+		help:  "The CloudEvents source attribute (a URI reference, e.g. /orders-service); empty is /walbox/<schema>.<table> of the row's table",
+		value: stringValue("URI", func(c *Config) *string { return &c.CloudEventsSource }),
+		check: checkCloudEventsSource,
+	},
+	{
 		flag: "message-prefix", env: "WALBOX_MESSAGE_PREFIX", yaml: "message_prefix", group: groupRouting,
 		help:     "Also route transactional pg_logical_emit_message events with this prefix (a JSON object with the outbox columns as keys); empty disables",
 		value:    stringValue("NAME", func(c *Config) *string { return &c.MessagePrefix }),
@@ -542,6 +555,13 @@ var options = []*option{
 		help:  "Most subjects whose schema is kept compiled (least recently used dropped first, and read again from the registry when met)",
 		value: intValue(func(c *Config) *int { return &c.ValueSchema.CacheSize }),
 		check: func(c *Config) error { return checkPositiveInt(c.ValueSchema.CacheSize) },
+	},
+	{
+		flag: "schema-latest-ttl", env: "WALBOX_SCHEMA_LATEST_TTL", yaml: "schema_latest_ttl", group: groupSchemaRegistry,
+		help: "How long a subject's latest version is used before it is read again (a version registered meanwhile is used from then on; " +
+			"a registry that is down then keeps the cached one); 0 reads it once per subject. Confluent's latest.cache.ttl.sec",
+		value: durationValue(func(c *Config) *time.Duration { return &c.ValueSchema.LatestTTL }),
+		check: checkLatestTTL,
 	},
 	{
 		flag: "value-protobuf-message", env: "WALBOX_VALUE_PROTOBUF_MESSAGE", yaml: "value_protobuf_message", group: groupSchemaRegistry,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"strings"
+	"time"
 
 	"github.com/walbox/walbox/kafkasec"
 	"github.com/walbox/walbox/schemareg"
@@ -37,6 +38,9 @@ type ValueSchema struct {
 	CacheSize int
 	// Source is "registered" (default) or "inferred".
 	Source string
+	// LatestTTL reads the latest version again after this; 0 (default)
+	// reads it once per subject.
+	LatestTTL time.Duration
 }
 
 // KeyFormatText is the default key format: the aggregate id's text.
@@ -76,6 +80,7 @@ func (c Config) ValueEncoderConfig() schemareg.Config {
 		ID:              v.ID,
 		ProtobufMessage: v.ProtobufMessage,
 		CacheSize:       v.CacheSize,
+		LatestTTL:       v.LatestTTL,
 	}
 	if v.Source == string(schemareg.Inferred) {
 		out.Source = schemareg.Inferred
@@ -95,7 +100,7 @@ func checkValueFormat(c *Config) error {
 		(v.Strategy != string(schemareg.TopicName) || v.RecordName != "" || v.Version != 0 || v.ID != 0 || v.ProtobufMessage != "") {
 		return badf("pre-encoded payloads pass through with the schema id they carry; remove --value-subject-strategy, --value-record-name, --value-schema-version, --value-schema-id and --value-protobuf-message")
 	}
-	return checkFormatNeeds(c, c.ValueFormat, "a value format other than json")
+	return checkFormatNeeds(c, c.ValueFormat)
 }
 
 func checkKeyFormat(c *Config) error {
@@ -105,15 +110,11 @@ func checkKeyFormat(c *Config) error {
 	if !c.EncodesKeys() {
 		return nil
 	}
-	return checkFormatNeeds(c, c.KeyFormat, "a key format other than text")
+	return checkFormatNeeds(c, c.KeyFormat)
 }
 
 // checkFormatNeeds checks what a registry format needs.
-func checkFormatNeeds(c *Config, format, what string) error {
-	if c.DebeziumConfig != "" {
-		return badf("%s is not supported with --debezium-config yet "+
-			"(a connector file's converter is refused by name); remove one of them", what)
-	}
+func checkFormatNeeds(c *Config, format string) error {
 	if len(c.SchemaRegistry.URLs) == 0 {
 		return badf("%s needs the registry; set --schema-registry-url (WALBOX_SCHEMA_REGISTRY_URL)", format)
 	}
@@ -293,6 +294,37 @@ func checkProtobufMessage(c *Config) error {
 	m := c.ValueSchema.ProtobufMessage
 	if m != "" && c.ValueFormat != string(schemareg.FormatProtobuf) {
 		return badf("set, but --value-format is %q; it names the message of a protobuf schema", c.ValueFormat)
+	}
+	return nil
+}
+
+func checkLatestTTL(c *Config) error {
+	s := c.ValueSchema
+	if err := registryOnly(c, s.LatestTTL != 0); err != nil {
+		return err
+	}
+	switch {
+	case s.LatestTTL < 0:
+		return badf("expected a positive duration, or 0 to read the latest version once")
+	case s.LatestTTL > 0 && (s.Version > 0 || s.ID > 0):
+		return badf("set with --value-schema-version or --value-schema-id, which pin the schema; remove one of them")
+	case s.LatestTTL > 0 && !c.encodesValues():
+		return badf("set, but --value-format is %q; it applies to the values' latest version", c.ValueFormat)
+	case s.LatestTTL > 0 && c.ValueFormat == string(schemareg.FormatPreEncoded):
+		return badf("pre-encoded payloads carry their schema id and read no latest version; remove it")
+	}
+	return nil
+}
+
+func checkCloudEventsSource(c *Config) error {
+	s := c.CloudEventsSource
+	if s != "" && (c.CloudEvents == "" || c.CloudEvents == "none") {
+		return badf("set, but --cloudevents is none; set --cloudevents to binary or structured, or remove it")
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == ' ' {
+			return badf("a URI reference has no spaces or control characters")
+		}
 	}
 	return nil
 }

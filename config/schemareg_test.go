@@ -71,8 +71,9 @@ func TestValueFormatOptions(t *testing.T) {
 			want: "set together with --value-schema-id; pin one of them"},
 		{name: "message with avro", args: append(reg, "--value-protobuf-message", "shop.Order"),
 			want: `--value-protobuf-message (WALBOX_VALUE_PROTOBUF_MESSAGE): set, but --value-format is "avro"`},
+		// In Debezium mode the converters decide the format.
 		{name: "with Debezium mode", args: append(reg, "--debezium-config", pass),
-			want: "not supported with --debezium-config yet"},
+			want: "--value-format (flag) does not apply with --debezium-config: value.converter of"},
 		{name: "inferred", args: append(reg, "--value-schema-source", "inferred")},
 		{name: "inferred with protobuf", args: []string{"--value-format", "protobuf", "--schema-registry-url", "http://r", "--value-schema-source", "inferred"},
 			want: "--value-schema-source (WALBOX_VALUE_SCHEMA_SOURCE): inferred schemas are Avro"},
@@ -80,6 +81,11 @@ func TestValueFormatOptions(t *testing.T) {
 			want: "--value-schema-source (WALBOX_VALUE_SCHEMA_SOURCE): an inferred schema is registered under <topic>-value"},
 		{name: "unknown source", args: append(reg, "--value-schema-source", "guessed"),
 			want: "--value-schema-source (WALBOX_VALUE_SCHEMA_SOURCE): expected one of registered, inferred"},
+		{name: "latest ttl", args: append(reg, "--schema-latest-ttl", "1m")},
+		{name: "latest ttl pinned", args: append(reg, "--schema-latest-ttl", "1m", "--value-schema-version", "2"),
+			want: "--schema-latest-ttl (WALBOX_SCHEMA_LATEST_TTL): set with --value-schema-version"},
+		{name: "latest ttl negative", args: append(reg, "--schema-latest-ttl", "-1s"),
+			want: "--schema-latest-ttl (WALBOX_SCHEMA_LATEST_TTL): expected a positive duration"},
 		{name: "cache size zero", args: append(reg, "--schema-cache-size", "0"),
 			want: "--schema-cache-size (WALBOX_SCHEMA_CACHE_SIZE)"},
 	}

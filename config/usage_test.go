@@ -89,7 +89,7 @@ func TestOptionTable(t *testing.T) {
 // added without an option entry is caught.
 func TestEveryFieldHasAnOption(t *testing.T) {
 	sample := map[string]string{
-		"DSN": "host=other", "LIST": "other:1", "NAME": "other", "DURATION": "7s",
+		"DSN": "host=other", "LIST": "other:1", "NAME": "other", "URI": "/other", "DURATION": "7s",
 		"SIZE": "7KiB", "N": "7", "TEMPLATE": "other", "MODE": "dead-letter", "ADDR": ":7",
 		"LEVEL": "debug", "FORMAT": "text", "BOOL": "true",
 		"SQL": "sent_at IS NULL", "COLUMNS": "created_at,id",

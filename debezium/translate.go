@@ -20,6 +20,8 @@ const (
 	jsonConverterClass      = "org.apache.kafka.connect.json.JsonConverter"
 	byteArrayConverterClass = "org.apache.kafka.connect.converters.ByteArrayConverter"
 	simpleHeaderConverter   = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+	// cloudEventsConverterClass is refused by name: see converter.
+	cloudEventsConverterClass = "io.debezium.converters.CloudEventsConverter"
 )
 
 // Debezium's defaults that walbox applies when the key is absent.
@@ -121,6 +123,8 @@ type translator struct {
 	problems     []Problem
 	// dsn collects the libpq key=value pairs in a fixed order.
 	dsn []string
+	// registry is the first schema registry converter's connection.
+	registry *registryConn
 }
 
 // order sorts mappings by file, then line, then key.

@@ -213,7 +213,16 @@ func (t *translator) converter(key string) eventrouter.ConverterConfig {
 	case byteArrayConverterClass, "ByteArrayConverter":
 		cc.Kind = eventrouter.ByteArrayConverter
 	default:
-		t.fail(p, key, "walbox reproduces the bytes of StringConverter, JsonConverter and ByteArrayConverter only",
+		if format, ok := registryFormat(class); ok {
+			return t.registryConverter(p, key, class, format)
+		}
+		if class == cloudEventsConverterClass {
+			t.fail(p, key, "walbox does not reproduce Debezium's CloudEventsConverter (its structured JSON with iodebezium* extension attributes, which outbox records only get through a HeaderFrom transform walbox does not run)",
+				"use walbox's own mode with --cloudevents binary or structured (the CloudEvents Kafka binding: ce_id the event id, ce_type the event type), or stay on Debezium")
+			t.consumePrefix(p, key+".")
+			return eventrouter.Defaults().KeyConverter
+		}
+		t.fail(p, key, "walbox reproduces the bytes of StringConverter, JsonConverter and ByteArrayConverter, and maps Confluent's AvroConverter, ProtobufConverter and JsonSchemaConverter and Apicurio's AvroConverter to its schema registry encoders",
 			"switch Debezium to one of them first (consumers must then read that format), or stay on Debezium")
 		t.consumePrefix(p, key+".")
 		return eventrouter.Defaults().KeyConverter

@@ -167,6 +167,9 @@ type Config struct {
 	// into the record key, as Values does values; nil sends the text. A
 	// dead-lettered row carries the key as it is.
 	Keys ValueEncoder
+	// CloudEvents, when its Mode is set, sends each record as a CloudEvent
+	// (cloudevents.go).
+	CloudEvents CloudEvents
 }
 
 // withDefaults fills every defaulted field.
@@ -215,6 +218,11 @@ func (c Config) compile() (Config, *template, error) {
 		errs = append(errs, configErrorf(FieldDeadLetterTopic, c.DeadLetterTopic,
 			"set, but %s is %q, under which invalid rows stop walbox, so it would never be used; set %s to %q or remove it",
 			FieldInvalidRows, policy, FieldInvalidRows, PolicyDeadLetter))
+	}
+	switch c.CloudEvents.Mode {
+	case CloudEventsOff, CloudEventsBinary, CloudEventsStructured:
+	default:
+		errs = append(errs, configErrorf(FieldCloudEventsMode, string(c.CloudEvents.Mode), "neither %q nor %q", CloudEventsBinary, CloudEventsStructured))
 	}
 	for _, lf := range logicalFields {
 		name := lf.get(&c.Columns)

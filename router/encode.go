@@ -33,7 +33,12 @@ type InvalidPayload interface {
 	InvalidPayload() bool
 }
 
-func isInvalidPayload(err error) bool {
+func isInvalidPayload(err error) bool { return IsInvalidPayload(err) }
+
+// IsInvalidPayload reports whether a ValueEncoder's error says the payload
+// does not fit its schema (the row is invalid), rather than that the
+// registry could not be used.
+func IsInvalidPayload(err error) bool {
 	var ip InvalidPayload
 	return errors.As(err, &ip) && ip.InvalidPayload()
 }

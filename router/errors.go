@@ -80,6 +80,7 @@ const (
 	FieldTopicTemplate        Field = "TopicTemplate"
 	FieldInvalidRows          Field = "InvalidRows"
 	FieldDeadLetterTopic      Field = "DeadLetterTopic"
+	FieldCloudEventsMode      Field = "CloudEvents.Mode"
 )
 
 // ConfigError is one problem with one Config field; Config.Validate and New

@@ -339,6 +339,9 @@ func (r *Router) Route(ins *decoder.Insert) (Routed, error) {
 	if !w.bad {
 		r.routeTopic(ins, b, &w)
 	}
+	if !w.bad && r.cfg.CloudEvents.enabled() {
+		r.ceCheck(&w)
+	}
 	if !w.bad && (r.cfg.Values != nil || r.cfg.Keys != nil) {
 		// Schema registry formats (encode.go).
 		if err := r.encode(&w); err != nil {
@@ -360,6 +363,9 @@ func (r *Router) Route(ins *decoder.Insert) (Routed, error) {
 	rec.Topic, rec.Key, rec.Value = w.topic, w.key, w.value
 	rec.Timestamp = ins.CommitTime
 	r.appendHeaders(rec, &w)
+	if r.cfg.CloudEvents.enabled() {
+		r.ceApply(ins, rec, &w)
+	}
 	out := Routed{Record: rec}
 	if w.hasID {
 		out.EventID = string(w.id)

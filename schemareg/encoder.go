@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,8 +87,17 @@ type Config struct {
 	Key bool
 	// Version pins the subject's version; 0 uses the latest, read once per
 	// subject and kept (a version registered later is used after a
-	// restart).
+	// restart, or after LatestTTL).
 	Version int
+	// LatestTTL, when positive, reads the latest version again once the
+	// subject's cached schema is older than this, as Confluent's
+	// latest.cache.ttl.sec does: a version registered later is used from
+	// then on. The new read waits at most latestRefreshWait; if the
+	// registry is unavailable then, the cached schema stays in use for
+	// another LatestTTL (nothing stops); a refusal (the subject deleted,
+	// 401/403) is returned as on a first read. 0 (default) reads the
+	// latest version once per subject. Only with Version and ID 0.
+	LatestTTL time.Duration
 	// ID pins the schema id instead: the schema is read by id, whatever
 	// the subject holds. Not with Version.
 	ID int
@@ -159,6 +169,12 @@ func (c Config) Validate() error {
 	} else if c.PayloadColumn != "" {
 		bad("the payload column names inferred schemas' records; it is for the inferred schema source only")
 	}
+	if c.LatestTTL < 0 {
+		bad("negative latest-version TTL")
+	}
+	if c.LatestTTL > 0 && (c.Version > 0 || c.ID > 0 || c.Format == FormatPreEncoded) {
+		bad("a latest-version TTL with a pinned version or id, or pre-encoded payloads, which read no latest version")
+	}
 	return errors.Join(errs...)
 }
 
@@ -195,7 +211,13 @@ type resolved struct {
 	codec    codec
 	header   []byte // magic, id, and for Protobuf the message index
 	problemf func(path, problem string) *PayloadError
+	// fetched is when the schema was read (Config.LatestTTL).
+	fetched time.Time
 }
+
+// latestRefreshWait bounds a LatestTTL read of the latest version, so that
+// a registry that is down delays the stream by at most this once per TTL.
+const latestRefreshWait = 2 * time.Second
 
 // Encoder encodes payloads for the registry. Safe for concurrent use.
 type Encoder struct {
@@ -208,6 +230,10 @@ type Encoder struct {
 
 	requests *prometheus.CounterVec
 	misses   prometheus.Counter
+	// refreshes counts LatestTTL reads of the latest version.
+	refreshes prometheus.Counter
+	// now is the clock for LatestTTL; replaced in tests.
+	now func() time.Time
 
 	// failing is the subject (or "id N") of the last registry request
 	// when it failed transiently; nil once a request succeeds.
@@ -230,6 +256,7 @@ func (e *Encoder) Unavailable() (subject string, ok bool) {
 //
 //	walbox_schema_registry_requests_total{role="value|key", result="ok|transient|refused"}
 //	walbox_schema_cache_misses_total{role="value|key"}
+//	walbox_schema_latest_refreshes_total{role="value|key"}
 //
 // role is "key" for a key encoder (Config.Key), so a value and a key
 // encoder can share reg.
@@ -273,6 +300,12 @@ func NewEncoder(cfg Config, cl *Client, reg prometheus.Registerer) (*Encoder, er
 			Help:        "Records whose subject's schema was not in the cache and was read from the registry (in the inferred mode: whose inferred schema was not cached and was registered).",
 			ConstLabels: role,
 		}),
+		refreshes: f.NewCounter(prometheus.CounterOpts{
+			Name:        "walbox_schema_latest_refreshes_total",
+			Help:        "Reads of a subject's latest version because its cached schema was older than --schema-latest-ttl.",
+			ConstLabels: role,
+		}),
+		now: time.Now,
 	}
 	for _, r := range []string{"ok", "transient", "refused"} {
 		e.requests.WithLabelValues(r)
@@ -300,6 +333,11 @@ func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []by
 			return dst, err
 		}
 		e.cache.Add(subject, r)
+	} else if e.cfg.LatestTTL > 0 && e.now().Sub(r.fetched) >= e.cfg.LatestTTL {
+		var err error
+		if r, err = e.refresh(ctx, subject, r); err != nil {
+			return dst, err
+		}
 	}
 	n := len(dst)
 	out, path, problem := r.codec.encode(append(dst, r.header...), doc)
@@ -314,6 +352,27 @@ func (e *Encoder) Encode(ctx context.Context, dst []byte, topic string, doc []by
 // client's retry budget (ClientConfig.RetryBudget) plus a request timeout.
 func (e *Encoder) EncodeValue(dst []byte, topic string, payload []byte) ([]byte, error) {
 	return e.Encode(context.Background(), dst, topic, payload)
+}
+
+// refresh reads subject's latest version again for LatestTTL: the new
+// schema replaces old in the cache; when the registry is unavailable, old
+// stays for another TTL.
+func (e *Encoder) refresh(ctx context.Context, subject string, old *resolved) (*resolved, error) {
+	e.refreshes.Inc()
+	rctx, cancel := context.WithTimeout(ctx, latestRefreshWait)
+	defer cancel()
+	r, err := e.resolve(rctx, subject)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrRegistryUnavailable) && ctx.Err() == nil:
+		kept := *old
+		kept.fetched = e.now()
+		r = &kept
+	default:
+		return nil, err
+	}
+	e.cache.Add(subject, r)
+	return r, nil
 }
 
 // KeyEncoder encodes record keys: the key's text (the aggregate id) is
@@ -394,7 +453,7 @@ func (e *Encoder) resolve(ctx context.Context, subject string) (*resolved, error
 	if err := e.references(ctx, ss.References, &refs, seen, 0); err != nil {
 		return nil, err
 	}
-	r := &resolved{subject: subject, version: ss.Version, id: ss.ID}
+	r := &resolved{subject: subject, version: ss.Version, id: ss.ID, fetched: e.now()}
 	r.problemf = func(path, problem string) *PayloadError {
 		return &PayloadError{Subject: r.subject, Version: r.version, ID: r.id, Path: path, Problem: problem}
 	}

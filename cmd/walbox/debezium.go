@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walbox/walbox/config"
 	"github.com/walbox/walbox/debezium"
 	"github.com/walbox/walbox/debezium/eventrouter"
 	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 )
 
@@ -24,6 +26,9 @@ type debeziumMode struct {
 	// check is the EventRouter without the catalog's column facts, used
 	// to check the outbox tables' columns before the slot is set up.
 	check *eventrouter.Router
+	// enc holds the schema registry encoders (Values, Keys) when a
+	// converter is a registry converter (--value-format, --key-format).
+	enc router.Config
 }
 
 // newDebeziumMode reads the Debezium configuration again (Load has
@@ -47,10 +52,24 @@ func newDebeziumMode(cfg config.Config, log *slog.Logger) (*debeziumMode, error)
 		"tables", cfg.Table, "publication_autocreate_mode", tr.AutocreateMode,
 		"key_converter", string(tr.Router.KeyConverter.Kind), "value_converter", string(tr.Router.ValueConverter.Kind))
 	d := &debeziumMode{tr: tr}
+	if err := d.useRegistry(cfg, nil); err != nil {
+		return nil, err
+	}
 	if d.check, err = eventrouter.New(d.routerConfig(cfg, nil)); err != nil {
 		return nil, fmt.Errorf("--debezium-config %s: %w", cfg.DebeziumConfig, err)
 	}
 	return d, nil
+}
+
+// useRegistry builds the schema registry encoders the converters ask for,
+// their metrics on reg (none when nil). It makes no registry request.
+func (d *debeziumMode) useRegistry(cfg config.Config, reg prometheus.Registerer) error {
+	enc, err := withValueEncoder(cfg, router.Config{}, reg)
+	if err != nil {
+		return fmt.Errorf("--debezium-config %s: %w", cfg.DebeziumConfig, err)
+	}
+	d.enc = enc
+	return nil
 }
 
 // routerConfig is the EventRouter's configuration for the effective
@@ -67,6 +86,7 @@ func (d *debeziumMode) routerConfig(cfg config.Config, cols map[string][]eventro
 		}
 	}
 	rc.Columns = cols
+	rc.Values, rc.Keys = d.enc.Values, d.enc.Keys
 	return rc
 }
 

@@ -71,7 +71,13 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 		wrt        *router.Router
 		registries []registryState // for /readyz
 	)
-	if dbz == nil {
+	if dbz != nil {
+		// The relay's EventRouter encodes with metrics on reg.
+		if err := dbz.useRegistry(cfg, reg); err != nil {
+			return err
+		}
+		registries = encoderStates(dbz.enc)
+	} else {
 		rc, err := withValueEncoder(cfg, cfg.RouterConfig(), reg)
 		if err != nil {
 			return err

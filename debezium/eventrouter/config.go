@@ -1,5 +1,7 @@
 package eventrouter
 
+import "github.com/walbox/walbox/router"
+
 // This file is the contract between the two halves of Debezium mode:
 // package debezium reads a Kafka Connect connector configuration and fills
 // a Config; this package turns outbox rows into the records Debezium's
@@ -16,6 +18,13 @@ const (
 	JSONConverter Converter = "json"
 	// ByteArrayConverter is org.apache.kafka.connect.converters.ByteArrayConverter.
 	ByteArrayConverter Converter = "bytearray"
+	// RegistryConverter is a schema registry converter (Confluent's
+	// AvroConverter, ProtobufConverter, JsonSchemaConverter, Apicurio's
+	// AvroConverter): the payload's JSON text (the key's text) goes to
+	// Config.Values (Config.Keys), walbox's schemareg encoder, which writes
+	// Confluent's wire format with the schema the registry holds. The
+	// payload is not expanded here: the encoder reads the JSON itself.
+	RegistryConverter Converter = "schema-registry"
 )
 
 // ConverterConfig is one of key.converter / value.converter.
@@ -103,6 +112,13 @@ type Config struct {
 	// record for this topic (walbox's invalid_rows: dead-letter) instead of
 	// returning an *router.InvalidRowError (Debezium fails its task).
 	DeadLetterTopic string
+	// Values and Keys encode the value and the key when ValueConverter
+	// and KeyConverter are RegistryConverter (package schemareg's
+	// encoders); both are required then. A payload the encoder finds
+	// invalid (router.InvalidPayload) is an invalid row naming the payload
+	// column; any other encoder error (the registry) fails Route, so the
+	// row is not confirmed.
+	Values, Keys router.ValueEncoder
 	// RunID is the __debezium.context.runId header value; "" makes New
 	// generate one (a UUIDv7, as Debezium does on each task start).
 	RunID string

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -123,12 +124,24 @@ func New(cfg Config) (*Router, error) {
 			bad("table.fields.additional.placement %q has location %q; use header or envelope", p.Column, p.Location)
 		}
 	}
-	for _, c := range []ConverterConfig{cfg.KeyConverter, cfg.ValueConverter} {
+	for _, c := range []struct {
+		key string
+		ConverterConfig
+		enc router.ValueEncoder
+	}{{"key.converter", cfg.KeyConverter, cfg.Keys}, {"value.converter", cfg.ValueConverter, cfg.Values}} {
 		switch c.Kind {
 		case StringConverter, JSONConverter, ByteArrayConverter:
+		case RegistryConverter:
+			if c.enc == nil {
+				bad("%s is a schema registry converter but no encoder is configured (a programming error)", c.key)
+			}
 		default:
-			bad("converter %q is not one walbox reproduces; use StringConverter, JsonConverter or ByteArrayConverter", c.Kind)
+			bad("converter %q is not one walbox reproduces; use StringConverter, JsonConverter, ByteArrayConverter or a schema registry converter", c.Kind)
 		}
+	}
+	if cfg.ValueConverter.Kind == RegistryConverter && !r.onlyHeaders {
+		bad("table.fields.additional.placement puts columns into the envelope, and value.converter is a schema registry converter: " +
+			"walbox encodes the payload alone with the registered schema; place those columns in headers, or remove them")
 	}
 	if cfg.ExtendedHeaders && cfg.LogicalName == "" {
 		bad("topic.prefix is empty; Debezium requires it (it is the %s header)", HeaderConnectorLogicalName)
@@ -311,9 +324,58 @@ func (r *Router) Route(ins *decoder.Insert) (router.Routed, error) {
 	}
 	rec, eventID, rerr := r.build(ins, b)
 	if rerr == nil {
+		rerr, err = r.encode(rec)
+		if err != nil {
+			id := "<none>"
+			if eventID != "" {
+				id = strconv.Quote(eventID)
+			}
+			return router.Routed{}, fmt.Errorf("eventrouter: row id %s in %s at LSN %s (xid %d), topic %q: %w",
+				id, rel.QualifiedName(), ins.LSN, ins.XID, rec.Topic, err)
+		}
+	}
+	if rerr == nil {
 		return router.Routed{Record: rec, EventID: eventID}, nil
 	}
 	return r.invalid(ins, b, eventID, rerr)
+}
+
+// encode runs the schema registry encoders on a built record whose
+// converters are RegistryConverter: the key's text, then the payload's
+// JSON. A payload or key the encoder finds invalid is a *rowError; any
+// other error is the registry's and is returned as the error.
+func (r *Router) encode(rec *kgo.Record) (*rowError, error) {
+	cfg := &r.cfg
+	if cfg.KeyConverter.Kind == RegistryConverter && rec.Key != nil {
+		out, err := cfg.Keys.EncodeValue(nil, rec.Topic, rec.Key)
+		switch {
+		case err == nil:
+			rec.Key = out
+		case router.IsInvalidPayload(err):
+			return rowErr(cfg.EventKeyColumn, "key.converter: column %q: %v", cfg.EventKeyColumn, err), nil
+		default:
+			return nil, fmt.Errorf("key.converter: %w", err)
+		}
+	}
+	if cfg.ValueConverter.Kind == RegistryConverter && rec.Value != nil {
+		doc := rec.Value
+		if !cfg.ExpandJSONPayload {
+			// Debezium's value is then the payload's text, a Connect
+			// string, which the converter writes as a string of the
+			// schema (an Avro "string", a JSON Schema of type string).
+			doc, _ = json.Marshal(string(rec.Value))
+		}
+		out, err := cfg.Values.EncodeValue(nil, rec.Topic, doc)
+		switch {
+		case err == nil:
+			rec.Value = out
+		case router.IsInvalidPayload(err):
+			return rowErr(cfg.PayloadColumn, "value.converter: column %q: %v", cfg.PayloadColumn, err), nil
+		default:
+			return nil, fmt.Errorf("value.converter: %w", err)
+		}
+	}
+	return nil, nil
 }
 
 // get returns column i's schema and value, or why there is none; a NULL
@@ -371,7 +433,7 @@ func (r *Router) build(ins *decoder.Insert, b *binding) (*kgo.Record, string, *r
 	// expandFailed: the schema was inferred but the value could not follow,
 	// so the payload is still the text under the inferred schema.
 	expandFailed := false
-	if cfg.ExpandJSONPayload {
+	if cfg.ExpandJSONPayload && cfg.ValueConverter.Kind != RegistryConverter {
 		if s, ok := payload.(string); ok {
 			payloadSchema, payload, expandFailed = expandJSON(cfg.PayloadColumn, s, payloadSchema, cfg.JSONPayloadNullBehavior == "optional_bytes")
 		}
@@ -569,6 +631,21 @@ func convert(c ConverterConfig, s *schema, v any) ([]byte, error) {
 			return nil, fmt.Errorf("ByteArrayConverter got a %s, not bytes", javaClass(v))
 		}
 		return b, nil
+	case RegistryConverter:
+		// The text the encoder reads: the payload's JSON, the key's text,
+		// a bytea payload's bytes (pre-encoded).
+		switch x := v.(type) {
+		case nil:
+			return nil, nil
+		case string:
+			return []byte(x), nil
+		case []byte:
+			return nil, fmt.Errorf("a bytea payload: Debezium's registry converters write it as bytes of the schema, which walbox does not; " +
+				"use a text, json or jsonb payload column, or ByteArrayConverter with --value-format pre-encoded for payloads already in Confluent's wire format")
+		case *structVal:
+			return nil, fmt.Errorf("a schema registry converter encodes a text, json, jsonb or bytea column, not a %s", javaClass(v))
+		}
+		return []byte(javaString(v)), nil
 	default: // JSONConverter
 		if s == nil && v == nil {
 			return nil, nil
