@@ -499,10 +499,6 @@ func TestStreamingOutboxUpdatePolicy(t *testing.T) {
 	if _, err := e.conn.Exec(ctx, `ALTER PUBLICATION walbox SET (publish = 'insert, update')`); err != nil {
 		t.Fatal(err)
 	}
-	var before pglogrepl.LSN
-	if err := e.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&before); err != nil {
-		t.Fatal(err)
-	}
 	tx, err := e.conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -511,6 +507,16 @@ func TestStreamingOutboxUpdatePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE outbox SET payload = '{"fixed":true}' WHERE id = (SELECT id FROM outbox LIMIT 1)`); err != nil {
+		t.Fatal(err)
+	}
+	// The transaction's commit record comes after this position. Between
+	// stream blocks the slot may be confirmed up to the server's position
+	// (stream.go), which can be inside the open transaction, and the server
+	// then sends the whole of it again; it must never reach the commit. (The
+	// position before the transaction began was the bound here, and the test
+	// failed under load whenever a keepalive came between two blocks.)
+	var beforeCommit pglogrepl.LSN
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()`).Scan(&beforeCommit); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -524,8 +530,8 @@ func TestStreamingOutboxUpdatePolicy(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("relay kept running after an outbox update under fatal")
 	}
-	if got := e.confirmedFlush(t); got > before {
-		t.Errorf("slot confirmed %s, past the streamed transaction (WAL was at %s before it)", got, before)
+	if got := e.confirmedFlush(t); got > beforeCommit {
+		t.Errorf("slot confirmed %s, past the streamed transaction (its commit record comes after %s)", got, beforeCommit)
 	}
 	if got := metricSum(t, e.reg, "walbox_streamed_transactions_total"); got != 1 {
 		t.Errorf("walbox_streamed_transactions_total = %v: the transaction did not stream", got)
