@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,10 +48,13 @@ type failover struct {
 	// followed is set when the last session found such a server promoted
 	// (or on a new timeline) under walbox, and followedFrom is the history
 	// recorded for what walbox streamed there (standbyFollowed).
-	onStandby    bool
-	standbyFrom  pglogrepl.LSN
-	followed     bool
-	followedFrom History
+	onStandby bool
+	// historyWarned is the system and timeline whose unreadable history
+	// was last warned about (warnUnreadableHistory).
+	historyWarned string
+	standbyFrom   pglogrepl.LSN
+	followed      bool
+	followedFrom  History
 	// erasedEvents and erasedAt (Unix nanoseconds) report what failovers
 	// erased since the start (FailoverErased).
 	erasedEvents atomic.Uint64
@@ -101,8 +105,12 @@ func (f *failover) identify(ctx context.Context, conn *pgconn.PgConn, strictHist
 	// same timeline number can hold different histories (resumeOnHistory).
 	// At least once, a history that cannot be read shares nothing known
 	// beyond what the timeline numbers say.
-	if err := readAncestry(ctx, conn, &srv); err != nil && strictHistory {
-		return serverHistory{}, err
+	if err := readAncestry(ctx, conn, &srv); err != nil {
+		if strictHistory {
+			return serverHistory{}, fmt.Errorf("%w; exactly-once delivery checks its committed position against the server's history and cannot without it: %s",
+				err, historyFileHint(srv.Timeline))
+		}
+		f.warnUnreadableHistory(srv)
 	}
 	if srv.InRecovery && !f.cfg.DecodeFromStandby {
 		// A standby is not a failover: its shorter WAL says nothing
@@ -122,6 +130,30 @@ func (f *failover) identify(ctx context.Context, conn *pgconn.PgConn, strictHist
 		}
 	}
 	return srv, nil
+}
+
+// warnUnreadableHistory says, once per system and timeline, that the
+// server's history could not be read: at least once, sessions then go on
+// with the timeline numbers alone, which cannot tell apart two servers
+// promoted to the same number (two standbys of one primary without a shared
+// archive), so a position of the other history may be kept and its events
+// after the switch point taken for delivered.
+func (f *failover) warnUnreadableHistory(srv serverHistory) {
+	key := srv.SystemID + "/" + strconv.FormatInt(int64(srv.Timeline), 10)
+	if f.historyWarned == key {
+		return
+	}
+	f.historyWarned = key
+	f.log.Warn("the server's timeline history cannot be read, so after a failover walbox compares timeline numbers only, "+
+		"which cannot tell two servers promoted to the same timeline number apart (events after the switch could be taken for delivered); "+
+		historyFileHint(srv.Timeline),
+		"slot", f.cfg.Slot, "timeline", srv.Timeline, "err", srv.SwitchesErr)
+}
+
+// historyFileHint says how to give the server back its timeline history.
+func historyFileHint(timeline int32) string {
+	name := fmt.Sprintf("%08X.history", timeline)
+	return fmt.Sprintf("restore %s from the WAL archive into the server's pg_wal directory (its restore_command with %%f = %s and %%p = pg_wal/%s)", name, name, name)
 }
 
 // followedFromHistory is the history recorded for what walbox streamed
