@@ -148,6 +148,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		defer stop()
 	}
 	l.promise = func(rec *kgo.Record, err error) { l.settle(rec, rec.Context.(*inflightRecord), err) }
+	defer l.watchStall(ctx)() // stallwatch.go
 	defer func() { r.lastCommit = max(r.lastCommit, l.lastCommit) }()
 	err = l.run(ctx)
 	if r.eos != nil {
@@ -223,6 +224,8 @@ type loop struct {
 	// unstream is the transaction this session was started with protocol
 	// version 1 for (Relay.unstreamXID), 0 when none; see stream.go.
 	unstream unstreamState
+	// stall is the stall watch's view of the walsender (stallwatch.go).
+	stall *stallWatch
 }
 
 func (l *loop) run(ctx context.Context) error {
@@ -237,6 +240,9 @@ func (l *loop) run(ctx context.Context) error {
 		if silent := time.Since(l.lastReceive); silent > l.receiveTimeout {
 			return &connectionLostError{err: fmt.Errorf("nothing received from the server for %s (receive timeout %s); reconnecting",
 				silent.Round(time.Millisecond), l.receiveTimeout)}
+		}
+		if err := l.checkStall(); err != nil { // stallwatch.go
+			return err
 		}
 		if !time.Now().Before(l.nextStatus) {
 			if err := l.sendStatus(ctx); err != nil {
