@@ -698,6 +698,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
+	l.inflight.acked() // ackhealth.go
 	l.sent.acked(m.key, l.eos != nil)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {
