@@ -124,6 +124,13 @@ func runClusterFaults(t *testing.T, eos bool) {
 	}
 	flowing(300)
 	inSync()
+	// Auto-created or made by the operator, walbox's topics (and its
+	// exactly-once state topic) have 3 replicas and min.insync.replicas=2.
+	checked := []string{prefix + "order", prefix + "customer"}
+	if eos {
+		checked = append(checked, "walbox-state.cluster")
+	}
+	checkReplication(ctx, t, c, checked...)
 
 	run("rolling restart (SIGTERM, restart, wait in sync; each broker)", func() {
 		for id := 1; id <= c.Nodes(); id++ {
@@ -300,6 +307,7 @@ func runClusterFaults(t *testing.T, eos bool) {
 	if outages < 1 || outages > float64(unreachable) {
 		t.Errorf("%s: walbox_kafka_broker_outages_total = %v, want 1 to %d (the unreachable lines)", mode, outages, unreachable)
 	}
+	t.Logf("%s: replication sessions given up by the stall watch: %d", mode, strings.Count(logs, "the connection stopped delivering"))
 	t.Logf("%s: walbox logged %d lines \"unable to open connection to broker\", %d \"kafka broker unreachable\", %d \"kafka broker reachable again\"; the run took %s",
 		mode, strings.Count(logs, "unable to open connection to broker"), strings.Count(logs, "kafka broker unreachable"),
 		strings.Count(logs, "kafka broker reachable again"), time.Since(began).Round(time.Second))
@@ -343,6 +351,46 @@ func crash(ctx context.Context, t *testing.T, c *kafkatest.Cluster, id int) {
 		t.Fatal(err)
 	}
 	t.Logf("node %d SIGKILLed and back in %s", id, time.Since(killed).Round(10*time.Millisecond))
+}
+
+// checkReplication fails t unless every partition of topics has 3
+// replicas and the topics' min.insync.replicas is 2.
+func checkReplication(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topics ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range topics {
+		d, ok := td[name]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			t.Fatalf("topic %s: %+v", name, d)
+		}
+		for _, p := range d.Partitions {
+			if len(p.Replicas) != 3 {
+				t.Errorf("%s[%d]: replicas %v, want 3", name, p.Partition, p.Replicas)
+			}
+		}
+		rc, err := cfgs.On(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cv := range rc.Configs {
+			if cv.Key == "min.insync.replicas" && cv.MaybeValue() != "2" {
+				t.Errorf("%s: min.insync.replicas = %q, want 2", name, cv.MaybeValue())
+			}
+		}
+	}
 }
 
 // createTopics creates topics as an operator would, with the brokers'
