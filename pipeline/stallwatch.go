@@ -130,6 +130,7 @@ func walSenderWaitEvent(ctx context.Context, conn **pgx.Conn, connString string,
 		if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 			cfg.RuntimeParams["application_name"] = "walbox"
 		}
+		delete(cfg.RuntimeParams, "replication") // an ordinary session, whatever the DSN says
 		if *conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
 			return "", err
 		}
