@@ -265,6 +265,9 @@ func (l *loop) run(ctx context.Context) error {
 		if hold, err := l.unstreamDrain(ctx); err != nil {
 			return err
 		} else if hold {
+			// A Kafka commit waited for is not the server's
+			// silence either (nor a stall: stallwatch.go).
+			l.lastReceive = time.Now()
 			continue
 		}
 		if l.unstreamDone() {

@@ -53,6 +53,7 @@ const walSenderWriteData = "WalSenderWriteData"
 
 // stallWatch is what the watch goroutine has seen; the loop reads it.
 type stallWatch struct {
+	pid uint32 // the walsender's
 	// writingSince is the Unix nanosecond time of the first of the
 	// consecutive samples, up to the latest one, that saw the walsender in
 	// WalSenderWriteData; 0 when the latest sample did not.
@@ -64,9 +65,9 @@ type stallWatch struct {
 // watchStall starts the stall watch of this session's walsender; stop ends
 // it and waits for it.
 func (l *loop) watchStall(ctx context.Context) (stop func()) {
-	w := &stallWatch{}
-	l.stall = w
 	pid := l.conn.PID()
+	w := &stallWatch{pid: pid}
+	l.stall = w
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -167,5 +168,5 @@ func (l *loop) checkStall() error {
 	}
 	l.metrics.replicationStalls.Inc()
 	return &connectionLostError{err: fmt.Errorf("the connection stopped delivering: the walsender (pid %d) has been blocked writing to walbox (%s) for %s while nothing arrived since %s (received up to %s); reconnecting",
-		l.conn.PID(), walSenderWriteData, time.Since(from).Round(time.Millisecond), l.lastReceive.Format(time.RFC3339Nano), l.received)}
+		l.stall.pid, walSenderWriteData, time.Since(from).Round(time.Millisecond), l.lastReceive.Format(time.RFC3339Nano), l.received)}
 }
