@@ -1,6 +1,9 @@
 package pipeline
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // inflight bounds the records and bytes handed to the producer but not yet
 // acknowledged, so memory stays flat however large a transaction is. The
@@ -11,6 +14,11 @@ type inflight struct {
 	maxRecords int64
 	maxBytes   int64
 	wake       chan struct{}
+	// lastAck is when Kafka last acknowledged a record, busySince when
+	// the last record was added to an empty window (Unix nanoseconds);
+	// ackhealth.go.
+	lastAck   atomic.Int64
+	busySince atomic.Int64
 }
 
 func newInflight(maxRecords int, maxBytes int64) *inflight {
@@ -25,7 +33,9 @@ func (f *inflight) full() bool {
 }
 
 func (f *inflight) add(size int64) {
-	f.records.Add(1)
+	if f.records.Add(1) == 1 {
+		f.busySince.Store(time.Now().UnixNano())
+	}
 	f.bytes.Add(size)
 }
 

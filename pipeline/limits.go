@@ -125,7 +125,15 @@ type topicLimit struct {
 	bytes int
 	// source says where bytes comes from, for the error and log line.
 	source string
+	// retryAt, when set, is when a lookup that failed is tried again:
+	// the topic may not have existed yet (auto-created by its first
+	// produce) or Kafka may have been unreachable.
+	retryAt time.Time
 }
+
+// topicLimitRetry is how long after a failed lookup a topic's limit is
+// looked up again. A variable for tests.
+var topicLimitRetry = 30 * time.Second
 
 // limitFor returns the largest record batch topic accepts, as far as
 // walbox knows: the topic's max.message.bytes when TopicLimits can say, and
@@ -134,12 +142,13 @@ type topicLimit struct {
 // itself.
 func (l *loop) limitFor(topic string) topicLimit {
 	c := l.limits
-	if topic == c.lastTopic && c.last.bytes != 0 {
+	if topic == c.lastTopic && c.last.bytes != 0 && (c.last.retryAt.IsZero() || time.Now().Before(c.last.retryAt)) {
 		return c.last
 	}
-	if lim, ok := c.byTopic[topic]; ok {
-		c.lastTopic, c.last = topic, lim
-		return lim
+	prev, retrying := c.byTopic[topic]
+	if retrying && (prev.retryAt.IsZero() || time.Now().Before(prev.retryAt)) {
+		c.lastTopic, c.last = topic, prev
+		return prev
 	}
 	lim := topicLimit{bytes: l.cfg.MaxBatchBytes, source: "the producer batch limit (--producer-batch-max-bytes, capped at the brokers' message.max.bytes)"}
 	if l.cfg.TopicLimits != nil {
@@ -151,13 +160,20 @@ func (l *loop) limitFor(topic string) topicLimit {
 			// A topic that does not exist yet is created with the
 			// brokers' default, which the batch limit already follows.
 			// Said once: a missing permission fails every topic alike.
+			// Looked up again every topicLimitRetry: a topic
+			// auto-created by its first record exists by then.
 			if !c.fallbackLogged {
-				l.log.Warn("could not read a topic's max.message.bytes; checking its records against the producer batch limit instead (logged once)",
+				l.log.Warn("could not read a topic's max.message.bytes; checking its records against the producer batch limit instead, and asking again every "+topicLimitRetry.String()+" (logged once)",
 					"topic", topic, "err", err, "limit_bytes", lim.bytes)
 			}
 			c.fallbackLogged = true
+			lim.retryAt = time.Now().Add(topicLimitRetry)
 		case n < lim.bytes:
 			lim = topicLimit{bytes: n, source: "the topic's max.message.bytes"}
+		}
+		if err == nil && retrying {
+			l.log.Info("learned a topic's max.message.bytes after an earlier lookup failed (the topic did not exist yet, say)",
+				"topic", topic, "max_message_bytes", n, "limit_bytes", lim.bytes)
 		}
 	}
 	if c.byTopic == nil || len(c.byTopic) >= maxCachedTopicLimits {

@@ -341,6 +341,32 @@ func TestLoopChecksSizeBeforeProducing(t *testing.T) {
 			t.Fatalf("fallback logged %d times, want once", n)
 		}
 	})
+	// Issue 29: a topic being auto-created has no configs to describe at
+	// its first record; its limit used to be the batch limit for good.
+	t.Run("a failed lookup is retried and the limit learned", func(t *testing.T) {
+		old := topicLimitRetry
+		topicLimitRetry = 0 // every record asks again until a lookup works
+		t.Cleanup(func() { topicLimitRetry = old })
+		p := &fakeProducer{}
+		limits := &fakeLimits{err: kerr.UnknownTopicOrPartition}
+		l := newTestLoop(t, Config{DeadLetterTopic: "dlq", MaxBatchBytes: 100000, TopicLimits: limits}, p)
+		if got := l.limitFor("outbox.event.order"); got.bytes != 100000 {
+			t.Fatalf("limit %d before the topic exists, want the batch limit 100000", got.bytes)
+		}
+		limits.mu.Lock()
+		limits.err, limits.limits = nil, map[string]int{"outbox.event.order": 1000}
+		limits.mu.Unlock()
+		if got := l.limitFor("outbox.event.order"); got.bytes != 1000 || !strings.Contains(got.source, "max.message.bytes") {
+			t.Fatalf("limit %d (%s) once the topic exists, want its max.message.bytes 1000", got.bytes, got.source)
+		}
+		l.limitFor("outbox.event.order")
+		if n := limits.calls["outbox.event.order"]; n != 2 {
+			t.Fatalf("looked the topic up %d times, want twice (failed, then learned; not again)", n)
+		}
+		if n := l.log.Count("learned a topic's max.message.bytes"); n != 1 {
+			t.Fatalf("learning logged %d times, want once", n)
+		}
+	})
 }
 
 func TestParseGUCDuration(t *testing.T) {

@@ -28,6 +28,7 @@ type metrics struct {
 	foreignChanges          prometheus.Counter
 	outboxUpdates           prometheus.Counter
 	failoverErased          prometheus.Counter
+	replicationStalls       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
@@ -49,6 +50,10 @@ func newMetrics(reg prometheus.Registerer, inf *inflight) *metrics {
 		failoverErased: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_failover_erased_events_total",
 			Help: "Records walbox had sent to Kafka for transactions that a failover (or point-in-time recovery) erased: committed on the old timeline after the switch point, absent from the new primary. Consumers may need to compensate for them.",
+		}),
+		replicationStalls: f.NewCounter(prometheus.CounterOpts{
+			Name: "walbox_replication_stalls_total",
+			Help: "Replication sessions given up because the walsender was blocked writing to walbox while nothing arrived (stallwatch.go).",
 		}),
 		eventsProduced: f.NewCounter(prometheus.CounterOpts{
 			Name: "walbox_events_produced_total",

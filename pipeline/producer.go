@@ -117,6 +117,7 @@ func NewKafkaClient(c KafkaConfig, log *slog.Logger, reg prometheus.Registerer) 
 	if reg != nil {
 		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("walbox_kafka", kprom.Registerer(reg))))
 	}
+	opts = append(opts, kgo.WithHooks(newBrokerWatch(log, reg))) // kafkalog.go
 	if c.TransactionalID != "" {
 		opts = append(opts, kgo.TransactionalID(c.TransactionalID),
 			kgo.TransactionTimeout(cmpOr(c.TransactionTimeout, DefaultTransactionTimeout)))
@@ -213,7 +214,7 @@ func cmpOr(d, def time.Duration) time.Duration {
 // kafkaLogger bridges franz-go's log into log; a transactional client's
 // per-transaction lines go to debug (routineTxnLogger).
 func kafkaLogger(c KafkaConfig, log *slog.Logger) kgo.Logger {
-	l := kslog.New(log.With("component", "kafka"))
+	l := quietKafkaLogger{kslog.New(log.With("component", "kafka"))} // kafkalog.go
 	if c.TransactionalID == "" {
 		return l
 	}

@@ -94,6 +94,7 @@ func (r *Relay) session(ctx context.Context) (streamed bool, err error) {
 		l.stream.watch(w)
 		defer stop()
 	}
+	defer l.watchStall(ctx)() // stallwatch.go
 	defer func() {
 		r.lastCommit = max(r.lastCommit, l.lastCommit)
 		r.unstreamXID = l.stream.unstreamXID
@@ -187,6 +188,8 @@ type loop struct {
 	promise func(*kgo.Record, error)
 	// readDeadline is the deadline last set on the socket.
 	readDeadline time.Time
+	// stall is the stall watch's view of the walsender (stallwatch.go).
+	stall *stallWatch
 }
 
 // newLoop is the loop of a session of r on conn (nil in unit tests).
@@ -224,6 +227,9 @@ func (l *loop) run(ctx context.Context) error {
 			return &connectionLostError{err: fmt.Errorf("nothing received from the server for %s (receive timeout %s); reconnecting",
 				silent.Round(time.Millisecond), l.receiveTimeout)}
 		}
+		if err := l.checkStall(); err != nil { // stallwatch.go
+			return err
+		}
 		if !time.Now().Before(l.nextStatus) {
 			if err := l.sendStatus(ctx); err != nil {
 				return err
@@ -243,6 +249,9 @@ func (l *loop) run(ctx context.Context) error {
 		if hold, err := l.unstreamDrain(ctx); err != nil {
 			return err
 		} else if hold {
+			// A Kafka commit waited for is not the server's
+			// silence either (nor a stall: stallwatch.go).
+			l.lastReceive = time.Now()
 			continue
 		}
 		if l.unstreamDone() {
@@ -783,6 +792,7 @@ func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
 		return
 	}
 	l.inflight.release(m.size)
+	l.inflight.acked() // ackhealth.go
 	l.delivery.acked(m.key)
 	l.metrics.eventsProduced.Inc()
 	if m.deadLetter {

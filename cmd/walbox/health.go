@@ -21,6 +21,7 @@ type relayState interface {
 	Streaming() bool
 	FailoverErased() (events uint64, at time.Time)
 	SlotSkipped() (from, to pglogrepl.LSN, at time.Time, count uint64)
+	AckWait() (waiting bool, records, bytes int64, silent time.Duration)
 }
 
 var _ relayState = (*pipeline.Relay)(nil)
@@ -209,6 +210,14 @@ func (h *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 			notReady("schema registry unavailable for " + subject + ", retrying (the cause is in walbox's log)")
 			return
 		}
+	}
+	// Judged by acknowledgements, not only by a ping: with two of three
+	// brokers down the third answers pings while nothing is acknowledged
+	// (issue 29: 20 of 20 samples said "streaming" during such a freeze).
+	if waiting, records, bytes, silent := h.relay.AckWait(); waiting {
+		notReady(fmt.Sprintf("waiting for kafka acknowledgements: none for %s while %d records (%d bytes) wait, the oldest unacknowledged at least that long (brokers down, or fewer in sync than min.insync.replicas; walbox holds the slot and retries, details in walbox's log)",
+			silent.Round(time.Second), records, bytes))
+		return
 	}
 	if h.kafka != nil && !h.kafkaOK() {
 		notReady("kafka unreachable (the cause is in walbox's log)")

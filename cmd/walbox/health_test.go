@@ -11,12 +11,22 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walbox/walbox/pipeline"
 )
 
 type fakeRelayState struct {
 	standby, streaming bool
 	erased             uint64
 	skipped            bool
+	ackSilent          time.Duration // > 0: records wait unacknowledged this long
+}
+
+func (f fakeRelayState) AckWait() (bool, int64, int64, time.Duration) {
+	if f.ackSilent == 0 {
+		return false, 0, 0, 0
+	}
+	return f.ackSilent >= pipeline.AckStallAfter, 2000, 1 << 20, f.ackSilent
 }
 
 func (f fakeRelayState) Standby() bool   { return f.standby }
@@ -63,6 +73,11 @@ func TestReadyz(t *testing.T) {
 		{"standby", fakeRelayState{standby: true}, fakePinger{}, nil, 503, "standby"},
 		{"reconnecting", fakeRelayState{}, fakePinger{}, nil, 503, "not streaming"},
 		{"kafka down", fakeRelayState{streaming: true}, down, nil, 503, "kafka unreachable"},
+		// Issue 29: two of three brokers frozen, the third answering
+		// pings, nothing acknowledged: /readyz said "streaming".
+		{"nothing acknowledged, a broker answers", fakeRelayState{streaming: true, ackSilent: 20 * time.Second}, fakePinger{}, nil, 503,
+			"waiting for kafka acknowledgements: none for 20s while 2000 records (1048576 bytes) wait, the oldest unacknowledged at least that long"},
+		{"acknowledgements a little late", fakeRelayState{streaming: true, ackSilent: 2 * time.Second}, fakePinger{}, nil, 200, "streaming"},
 		// Issue 26: the server held every change back for a dead standby
 		// of synchronized_standby_slots for 47 s while /readyz said
 		// "streaming".

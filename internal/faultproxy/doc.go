@@ -33,6 +33,10 @@
 // that outlasted the peers' patience instead, call CloseAll before (or
 // after) Restore: it resets the open connections and keeps accepting.
 //
+// StallOpen is not a mode: it stops the target-to-client direction of the
+// connections open at the call, for good, and leaves new connections alone
+// (a connection TCP stopped delivering, while the peers are alive).
+//
 // "At once" is at the granularity of a chunk (up to 32 KiB): a chunk whose
 // write to the far side had already begun when Blackhole was called is still
 // delivered.

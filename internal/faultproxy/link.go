@@ -28,6 +28,11 @@ type link struct {
 	// of its pumps.
 	cancel context.CancelFunc
 
+	// stalled stops the target-to-client direction for good (StallOpen):
+	// its writer delivers nothing more, and the reader stops once the
+	// direction's chunks are all held.
+	stalled chan struct{}
+
 	mu     sync.Mutex
 	server net.Conn // nil until dialled
 	done   bool     // both sides closed (abort or finish)
@@ -46,6 +51,17 @@ func (l *link) abort() {
 	reset(l.client)
 	if l.server != nil {
 		reset(l.server)
+	}
+}
+
+// stallOnce closes l.stalled unless it is closed already.
+func (l *link) stallOnce() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.stalled:
+	default:
+		close(l.stalled)
 	}
 }
 
@@ -109,8 +125,8 @@ func (p *Proxy) serve(ctx context.Context, l *link) {
 		return
 	}
 	var wg sync.WaitGroup
-	p.pipe(ctx, &wg, l, l.client, s, &p.clientToTarget)
-	p.pipe(ctx, &wg, l, s, l.client, &p.targetToClient)
+	p.pipe(ctx, &wg, l, l.client, s, &p.clientToTarget, nil)
+	p.pipe(ctx, &wg, l, s, l.client, &p.targetToClient, l.stalled)
 	wg.Wait()
 }
 
@@ -129,13 +145,13 @@ type chunk struct {
 // stamps chunks as they arrive, and a writer that delivers each when the
 // mode and latency allow. Splitting them pipelines latency: a bulk transfer
 // is delayed, not throttled to a chunk per delay.
-func (p *Proxy) pipe(ctx context.Context, wg *sync.WaitGroup, l *link, src, dst net.Conn, delivered *atomic.Int64) {
+func (p *Proxy) pipe(ctx context.Context, wg *sync.WaitGroup, l *link, src, dst net.Conn, delivered *atomic.Int64, stalled <-chan struct{}) {
 	// Exactly pipeChunks buffers circulate, and each channel can hold all
 	// of them, so neither send below ever blocks.
 	full := make(chan chunk, pipeChunks)
 	free := make(chan []byte, pipeChunks)
 	wg.Go(func() { readPump(ctx, src, full, free) })
-	wg.Go(func() { p.writePump(ctx, l, dst, full, free, delivered) })
+	wg.Go(func() { p.writePump(ctx, l, dst, full, free, delivered, stalled) })
 }
 
 func readPump(ctx context.Context, src net.Conn, full chan<- chunk, free <-chan []byte) {
@@ -164,13 +180,19 @@ func readPump(ctx context.Context, src net.Conn, full chan<- chunk, free <-chan 
 	}
 }
 
-func (p *Proxy) writePump(ctx context.Context, l *link, dst net.Conn, full <-chan chunk, free chan<- []byte, delivered *atomic.Int64) {
+func (p *Proxy) writePump(ctx context.Context, l *link, dst net.Conn, full <-chan chunk, free chan<- []byte, delivered *atomic.Int64, stalled <-chan struct{}) {
 	for {
 		var c chunk
 		select {
 		case c = <-full:
 		case <-ctx.Done():
 			return
+		}
+		select {
+		case <-stalled: // nil (never) for the client-to-target direction
+			<-ctx.Done()
+			return
+		default:
 		}
 		if !p.await(ctx, c.at) {
 			return

@@ -217,6 +217,24 @@ func (p *Proxy) CloseAll() {
 	}
 }
 
+// StallOpen stops, for good, the target-to-client direction of every
+// connection open now: the client receives nothing more on it while its
+// own bytes still reach the target, and the target's writes block once the
+// proxy's 256 KiB and the socket buffers are full. It models a connection
+// that TCP stopped delivering (a receive queue pruned under memory pressure,
+// a retransmission timer backed off to minutes) while both peers are alive:
+// only the client's own watch of what it receives can notice. Connections
+// accepted later are not affected; the stalled ones end when either peer
+// closes them, or by CloseAll, Drop or Close.
+func (p *Proxy) StallOpen() {
+	p.mu.Lock()
+	ls := p.linksLocked()
+	p.mu.Unlock()
+	for _, l := range ls {
+		l.stallOnce()
+	}
+}
+
 // SetLatency delays every chunk, in both directions and on open
 // connections too, by d from the moment the proxy read it; d <= 0 removes
 // the delay. The initial latency is 0.
@@ -336,7 +354,7 @@ func (p *Proxy) admit(c net.Conn) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &link{client: c, target: p.target, cancel: cancel}
+	l := &link{client: c, target: p.target, cancel: cancel, stalled: make(chan struct{})}
 	p.links[l] = struct{}{}
 	p.wg.Go(func() { p.serve(ctx, l) })
 	p.mu.Unlock()

@@ -544,3 +544,32 @@ func leftovers(dump []byte) string {
 	}
 	return b.String()
 }
+
+// TestStallOpen checks that StallOpen stops the target-to-client direction
+// of the open connections only: the client still reaches the server, and a
+// connection made afterwards works both ways.
+func TestStallOpen(t *testing.T) {
+	srv := peerServer(t)
+	p := New(t, srv.addr())
+	client := dial(t, p.Addr())
+	write(t, client, []byte("hi"))
+	server := srv.nextPeer(t)
+	readN(t, server, 2, 5*time.Second)
+
+	p.StallOpen()
+	write(t, server, []byte("lost"))
+	expectStalled(t, client, 300*time.Millisecond)
+	write(t, client, []byte("still"))
+	if got := readN(t, server, 5, 5*time.Second); string(got) != "still" {
+		t.Fatalf("server read %q from the stalled connection's client, want %q", got, "still")
+	}
+
+	fresh := dial(t, p.Addr())
+	write(t, fresh, []byte("new"))
+	freshServer := srv.nextPeer(t)
+	readN(t, freshServer, 3, 5*time.Second)
+	write(t, freshServer, []byte("ok"))
+	if got := readN(t, fresh, 2, 5*time.Second); string(got) != "ok" {
+		t.Fatalf("a connection made after StallOpen read %q, want %q", got, "ok")
+	}
+}

@@ -42,7 +42,8 @@ type Broker struct {
 	jvmLogPath     string // the JVM's stdout and stderr
 	brokerPort     int
 	controllerPort int
-	saslPort       int // the SASL_SSL listener's, with Options.SASLSSL
+	saslPort       int            // the SASL_SSL listener's, with Options.SASLSSL
+	member         *clusterMember // nil unless a node of a Cluster (cluster.go)
 
 	mu       sync.Mutex
 	proc     *proc  // nil while stopped or killed
@@ -190,6 +191,9 @@ func freePorts() (broker, controller int, err error) {
 // server.properties`.
 func (b *Broker) format(ctx context.Context) error {
 	props := b.opts.serverProperties(b.brokerPort, b.controllerPort, b.dataDir)
+	if b.member != nil {
+		b.member.apply(props, b.opts)
+	}
 	if b.opts.SASLSSL != nil {
 		if err := b.opts.SASLSSL.addProperties(props, b.saslPort, b.dir); err != nil {
 			return err

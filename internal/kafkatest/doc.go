@@ -53,4 +53,18 @@
 //
 // Brokers are tuned for speed on small machines (512 MiB heap, serial GC, C1
 // JIT, replication factor 1 everywhere) and hold no data worth keeping.
+//
+// # Clusters
+//
+// NewCluster (StartCluster in tests) runs three nodes as production runs
+// Kafka: each a broker and a voting controller (combined mode, a static
+// quorum), replication factor 3 and min.insync.replicas=2 for every topic,
+// the internal ones included, Kafka's default 9 s broker session, 384 MiB
+// heaps. Every node is a *Broker (Kill, Stop, Restart, Pause, Resume);
+// Leader, TxnCoordinator and ActiveController find the node to fault, and
+// WaitInSync waits until the cluster is fully replicated again. The nodes
+// share one cluster id and are started together (a node is ready only once
+// a majority of the quorum runs): about 13 s on a loaded 2-core machine.
+// Close kills them: nodes shutting down together lose the quorum, and a
+// controlled shutdown then waits for a controller that is gone.
 package kafkatest
