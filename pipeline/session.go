@@ -16,6 +16,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/tracing"
 )
 
 // identifyHook, when set by a test, runs between the session's first
@@ -190,6 +191,7 @@ type loop struct {
 	conn       *pgconn.PgConn
 	produceCtx context.Context
 	txn        *checkpoint.Txn
+	txnReadAt  time.Time // when txn's Begin was read, for its spans (zero when not tracing)
 	// ord is the position of the next change or message in txn.
 	ord        uint32
 	received   pglogrepl.LSN
@@ -395,6 +397,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 	case *decoder.Begin:
 		l.unstreamBegin(m.XID)
 		l.txn = l.tracker.Begin()
+		l.txnReadAt = l.cfg.Tracer.Now()
 		l.ord = 0
 		l.lastCommit = max(l.lastCommit, m.CommitLSN)
 	case *decoder.Insert:
@@ -640,7 +643,7 @@ func (m *inflightRecord) origin() router.Origin {
 // produce hands rec to the producer. Only the loop calls it, after checking
 // the in-flight limit, so Produce never blocks.
 func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
-	m.Context = context.Background()
+	m.Context = l.cfg.Tracer.Start(rec, tracing.Event{ReadAt: l.txnReadAt, CommitLSN: m.key.commit, CommitTime: m.commitTime, EventID: m.eventID, DeadLetter: m.deadLetter})
 	m.size = recordSize(rec)
 	rec.Context = m
 	l.inflight.add(m.size)
@@ -653,6 +656,7 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 // settle runs in a franz-go callback goroutine; promise (built once per
 // session) calls it with the record's inflightRecord.
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
+	l.cfg.Tracer.End(m.Context, rec, err)
 	if err != nil && l.eos != nil {
 		l.eosSettleError(rec, m, err)
 		return
