@@ -110,4 +110,3 @@ func TestTracingRowContextBecomesParent(t *testing.T) {
 		t.Errorf("row without a context went out with traceparent %q", got)
 	}
 }
-
