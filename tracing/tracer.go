@@ -276,7 +276,7 @@ func (t *Tracer) carrier(rec *kgo.Record) (propagation.TextMapCarrier, bool) {
 		}
 		// Another header: its value is a traceparent, or a Java
 		// properties text with traceparent= and tracestate= lines.
-		return propertiesCarrier(h.Value), true
+		return propagation.MapCarrier(ParseContextText(h.Value)), true
 	}
 	return nil, false
 }
@@ -315,10 +315,13 @@ func (c recordCarrier) Keys() []string {
 	return keys
 }
 
-// propertiesCarrier parses a traceparent, or the java.util.Properties text
-// Debezium's tracing.span.context.field holds ("traceparent=00-...").
-func propertiesCarrier(v []byte) propagation.MapCarrier {
-	m := propagation.MapCarrier{}
+// ParseContextText parses a bare traceparent value, or the
+// java.util.Properties text Debezium's tracing.span.context.field column
+// holds ("traceparent=00-..." and "tracestate=..." lines; # and ! start
+// comments, = or : separates key and value), into its keys and values.
+// The values are not checked: the propagator does that.
+func ParseContextText(v []byte) map[string]string {
+	m := map[string]string{}
 	v = bytes.TrimSpace(v)
 	if !bytes.ContainsAny(v, "=:\n") {
 		m["traceparent"] = string(v)
@@ -333,7 +336,24 @@ func propertiesCarrier(v []byte) propagation.MapCarrier {
 		if i < 0 {
 			continue
 		}
-		m[string(bytes.TrimSpace(line[:i]))] = string(bytes.TrimSpace(line[i+1:]))
+		m[string(bytes.TrimSpace(line[:i]))] = unescapeProperty(bytes.TrimSpace(line[i+1:]))
 	}
 	return m
+}
+
+// unescapeProperty undoes java.util.Properties.store's escapes of a value
+// (\=, \:, \#, \!, \\ and \ before a leading space); \uXXXX does not
+// occur in a trace context.
+func unescapeProperty(v []byte) string {
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v)
+	}
+	out := make([]byte, 0, len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' && i+1 < len(v) {
+			i++
+		}
+		out = append(out, v[i])
+	}
+	return string(out)
 }
