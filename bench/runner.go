@@ -76,6 +76,11 @@ type Config struct {
 	ExactlyOnce    bool
 	EOSTxnInterval time.Duration
 
+	// Tracing adds two backlog drains of walbox with OpenTelemetry tracing
+	// on (bench/tracing.go), exporting to an OTLP sink in this process:
+	// 1 % and 100 % of the rows sampled.
+	Tracing bool
+
 	Log      *slog.Logger // diagnostics; relay logs at warn and above
 	Progress io.Writer    // one line per step
 
@@ -443,6 +448,9 @@ func (r *Runner) backlog(ctx context.Context) {
 	if c.ExactlyOnce {
 		slots = append(slots, "bench_walbox_eos")
 	}
+	if c.Tracing {
+		slots = append(slots, tracingSlots...)
+	}
 	for _, slot := range slots {
 		if _, err := r.env.CreateSlot(ctx, slot); err != nil {
 			r.fail("backlog", err)
@@ -456,6 +464,9 @@ func (r *Runner) backlog(ctx context.Context) {
 
 	logPath := filepath.Join(c.OutDir, "walbox-backlog.log")
 	record(r.drain(ctx, r.env.NewWalboxProcess(r.bin, "bench_walbox", r.prefix("backlog", "walbox"), c.WalboxLinger, logPath), n, target, res.PayloadBytes, 0, nil, nil))
+	if c.Tracing {
+		r.tracingDrains(ctx, res, n, target, record)
+	}
 	if c.ExactlyOnce {
 		record(r.drain(ctx, r.env.NewWalboxEOS(r.bin, "bench_walbox_eos", r.prefix("backlog", "walbox-eos"), c.WalboxLinger, c.EOSTxnInterval,
 			filepath.Join(c.OutDir, "walbox-eos-backlog.log")), n, target, res.PayloadBytes, 0, nil, nil))
