@@ -15,12 +15,11 @@ import (
 )
 
 // The tracing drains (Config.Tracing): walbox run with tracing on, over the
-// same backlog as walbox's own drain, whose rows all carry a sampled
-// traceparent. The 1 % run samples with OTEL_TRACES_SAMPLER=traceidratio
-// (the writer's flag ignored, one row in a hundred traced, as when the
-// writer samples 1 %); the 100 % run with the default parent-based
-// sampler. Spans go to an OTLP/HTTP sink in this process that accepts and
-// counts them, so the cost measured is walbox's own.
+// same backlog as walbox's own drain, whose rows all carry a traceparent,
+// sampled in one row of a hundred (load.go). The 1 % run uses the default
+// parent-based sampler, so it traces the writer's sampled rows; the 100 %
+// run OTEL_TRACES_SAMPLER=always_on, which traces every row. Spans go to
+// an OTLP/HTTP sink in this process that accepts and counts them.
 var tracingSlots = []string{"bench_walbox_trace1", "bench_walbox_trace100"}
 
 // TracingCost is the drain rate with tracing on, relative to walbox's
@@ -69,7 +68,8 @@ func startOTLPSink() (*otlpSink, error) {
 func (s *otlpSink) close() { _ = s.srv.Close() }
 
 // NewWalboxTraced is walbox run exporting spans to the OTLP/HTTP endpoint
-// addr, sampling ratio of the rows (1: every sampled row).
+// addr: with ratio 1 it traces every row, otherwise the rows the writer
+// sampled (ratio only names the run).
 func (e *Env) NewWalboxTraced(bin, slot, prefix string, linger time.Duration, logPath, addr string, ratio float64) *walboxProc {
 	w := e.NewWalboxProcess(bin, slot, prefix, linger, logPath)
 	w.name = fmt.Sprintf("walbox-trace-%g%%", ratio*100)
@@ -78,8 +78,8 @@ func (e *Env) NewWalboxTraced(bin, slot, prefix string, linger time.Duration, lo
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_SERVICE_NAME=walbox-bench",
 	}
-	if ratio < 1 {
-		w.extraEnv = append(w.extraEnv, "OTEL_TRACES_SAMPLER=traceidratio", fmt.Sprintf("OTEL_TRACES_SAMPLER_ARG=%g", ratio))
+	if ratio >= 1 {
+		w.extraEnv = append(w.extraEnv, "OTEL_TRACES_SAMPLER=always_on")
 	}
 	return w
 }

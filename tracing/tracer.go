@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -68,6 +69,10 @@ type Tracer struct {
 	tracer trace.Tracer
 	queue  *queue
 	prop   propagation.TextMapPropagator
+	// skipUnsampled: the sampler is parent-based and never samples under
+	// an unsampled remote parent, so such a row is decided from its
+	// traceparent's flags alone, without parsing or allocating.
+	skipUnsampled bool
 }
 
 // New returns the Tracer the environment asks for (see FromEnv), or nil,
@@ -127,6 +132,9 @@ func NewWithExporter(cfg Config, exp sdktrace.SpanExporter, sampler sdktrace.Sam
 		tracer: tp.Tracer(ScopeName, trace.WithInstrumentationVersion(version.Get().Version)),
 		queue:  q,
 		prop:   propagation.TraceContext{},
+		// The SDK's ParentBased describes its samplers; its default for
+		// an unsampled remote parent is AlwaysOffSampler.
+		skipUnsampled: strings.Contains(sampler.Description(), "remoteParentNotSampled:AlwaysOffSampler"),
 	}
 }
 
@@ -172,6 +180,9 @@ func (t *Tracer) Start(rec *kgo.Record, ev Event) context.Context {
 	if !ok {
 		return bg
 	}
+	if t.skipUnsampled && t.cfg.ContextHeader == DefaultContextHeader && unsampledFlags(headerBytes(rec.Headers, DefaultContextHeader)) {
+		return bg
+	}
 	parent := t.prop.Extract(bg, carrier)
 	psc := trace.SpanContextFromContext(parent)
 	if !psc.IsValid() {
@@ -182,7 +193,27 @@ func (t *Tracer) Start(rec *kgo.Record, ev Event) context.Context {
 	if start.IsZero() {
 		start = now
 	}
-	attrs := make([]attribute.KeyValue, 0, 10)
+	ctx := parent
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(start)}
+	if t.cfg.Parent == ParentLink {
+		if !psc.IsSampled() {
+			return bg // sampling follows the writer in a linked trace too
+		}
+		ctx = bg
+		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: psc}))
+	}
+	// Sampled first, named and attributed after: a row that is not
+	// sampled costs no attribute, name or clock formatting.
+	ctx, span := t.tracer.Start(ctx, "send", opts...)
+	if !span.IsRecording() {
+		return bg
+	}
+	if t.cfg.SpanName != "" {
+		span.SetName(t.cfg.SpanName)
+	} else {
+		span.SetName("send " + rec.Topic)
+	}
+	attrs := make([]attribute.KeyValue, 0, 12)
 	attrs = append(attrs,
 		attribute.String("messaging.system", "kafka"),
 		attribute.String("messaging.destination.name", rec.Topic),
@@ -205,27 +236,7 @@ func (t *Tracer) Start(rec *kgo.Record, ev Event) context.Context {
 	if ev.Replayed {
 		attrs = append(attrs, attribute.Bool(AttrReplayed, true))
 	}
-	opts := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithTimestamp(start),
-		trace.WithAttributes(attrs...),
-	}
-	ctx := parent
-	if t.cfg.Parent == ParentLink {
-		if !psc.IsSampled() {
-			return bg // sampling follows the writer in a linked trace too
-		}
-		ctx = bg
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: psc}))
-	}
-	name := t.cfg.SpanName
-	if name == "" {
-		name = "send " + rec.Topic
-	}
-	ctx, span := t.tracer.Start(ctx, name, opts...)
-	if !span.IsRecording() {
-		return bg
-	}
+	span.SetAttributes(attrs...)
 	span.AddEvent("produce", trace.WithTimestamp(now))
 	if ev.DeadLetter {
 		reason := headerValue(rec.Headers, router.HeaderError)
@@ -356,4 +367,33 @@ func unescapeProperty(v []byte) string {
 		out = append(out, v[i])
 	}
 	return string(out)
+}
+
+func headerBytes(hs []kgo.RecordHeader, key string) []byte {
+	for _, h := range hs {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+// unsampledFlags reports whether tp is a version-00 traceparent
+// (00-<32 hex>-<16 hex>-<2 hex>) whose sampled flag is clear; anything
+// else goes to the propagator, which also rejects what is invalid.
+func unsampledFlags(tp []byte) bool {
+	if len(tp) != 55 || tp[0] != '0' || tp[1] != '0' || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	f := tp[54]
+	var v byte
+	switch {
+	case f >= '0' && f <= '9':
+		v = f - '0'
+	case f >= 'a' && f <= 'f':
+		v = f - 'a' + 10
+	default:
+		return false
+	}
+	return v&1 == 0
 }
