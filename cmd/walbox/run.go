@@ -133,7 +133,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if dbz != nil {
 		slot, rt, err = dbz.setup(ctx, cfg, log)
 	} else {
-		slot, err = setupSlotOrTakeover(ctx, cfg, wrt, kcl, log)
+		slot, err = setupSlotOrTakeover(ctx, cfg, wrt, kcl, tracer, log)
 	}
 	if err != nil {
 		if ctx.Err() != nil { // stopped while waiting for Postgres
