@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walbox/walbox/internal/outboxtest"
+	"github.com/walbox/walbox/internal/pgtest"
 	"github.com/walbox/walbox/pipeline"
+	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/tracing"
 )
 
@@ -108,5 +111,60 @@ func TestTracingRowContextBecomesParent(t *testing.T) {
 	}
 	if got, ok := recs[ids[2]].Headers["traceparent"]; ok {
 		t.Errorf("row without a context went out with traceparent %q", got)
+	}
+}
+
+// TestTracingReplayedEvents: walbox replay traces the events it sends
+// again, under the row's span, marked walbox.replayed.
+func TestTracingReplayedEvents(t *testing.T) {
+	const rowSpan = "00f067aa0ba902b7"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := pgtest.Start(t)
+	conn, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	setupReplaySource(ctx, t, conn)
+	var from pglogrepl.LSN
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()`).Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES
+		('order', 'o-1', 'created', '{}', jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-`+rowSpan+`-01')),
+		('order', 'o-2', 'created', '{}', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	tracer := tracing.NewWithExporter(tracing.Config{BatchDelay: time.Hour}, exp, nil, nil, nil, nil)
+	t.Cleanup(func() { _ = tracer.Shutdown(context.Background()) })
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &ackingProducer{}
+	res, err := pipeline.Replay(ctx, pipeline.ReplayConfig{
+		ConnString: srv.DSN("postgres"), Publication: "walbox", Slot: "walbox_replay", Tables: []string{"public.outbox"},
+		Range: pipeline.Range{FromLSN: from}, From: from.String(), StatusInterval: 50 * time.Millisecond, Tracer: tracer,
+	}, p, rt, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tracer.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if res.Events() != 2 || len(spans) != 1 {
+		t.Fatalf("%d events replayed, %d spans; want 2 and 1", res.Events(), len(spans))
+	}
+	replayed := false
+	for _, kv := range spans[0].Attributes {
+		if kv.Key == tracing.AttrReplayed {
+			replayed = kv.Value.AsBool()
+		}
+	}
+	if spans[0].Parent.SpanID().String() != rowSpan || !replayed {
+		t.Errorf("span parent %s replayed %v, want %s and true", spans[0].Parent.SpanID(), replayed, rowSpan)
 	}
 }
