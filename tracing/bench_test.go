@@ -12,7 +12,7 @@ import (
 type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discard) Shutdown(context.Context) error                            { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
 
 // BenchmarkStartEnd is the relay's per-event cost: off (nil Tracer), a row
 // whose trace is not sampled, a row traced.

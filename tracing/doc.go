@@ -5,7 +5,7 @@
 // transaction to Kafka's acknowledgement.
 //
 // It is off unless configured, and configured the way every OpenTelemetry
-// SDK is: FromEnv reads OTEL_EXPORTER_OTLP_ENDPOINT /
+// SDK is (package tracing/otlp builds the exporting Tracer): FromEnv reads OTEL_EXPORTER_OTLP_ENDPOINT /
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (tracing is on when either is set),
 // OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf), the exporters' own
 // variables (headers, timeout, TLS certificates, compression),

@@ -14,8 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -73,38 +71,6 @@ type Tracer struct {
 	// an unsampled remote parent, so such a row is decided from its
 	// traceparent's flags alone, without parsing or allocating.
 	skipUnsampled bool
-}
-
-// New returns the Tracer the environment asks for (see FromEnv), or nil,
-// nil when tracing is off. Its spans go to the OTLP exporter of the
-// configured protocol; Shutdown flushes them.
-func New(ctx context.Context, cfg Config, env Env, log *slog.Logger, reg prometheus.Registerer) (*Tracer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	s, cfg, err := FromEnv(env, cfg)
-	if err != nil || !s.Enabled {
-		return nil, err
-	}
-	var exp sdktrace.SpanExporter
-	// The exporters read their OTEL_EXPORTER_OTLP_* variables themselves
-	// (endpoint, headers, timeout, compression, TLS certificates);
-	// creating one does not connect.
-	switch s.Protocol {
-	case ProtocolGRPC:
-		exp, err = otlptracegrpc.New(ctx)
-	default:
-		exp, err = otlptracehttp.New(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP %s exporter: %w; check OTEL_EXPORTER_OTLP_* variables", s.Protocol, err)
-	}
-	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),
-		resource.WithAttributes(attribute.String("service.version", version.Get().Version)))
-	if err != nil {
-		return nil, fmt.Errorf("tracing: resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES: %w", err)
-	}
-	return NewWithExporter(cfg, exp, s.Sampler, res, log, reg), nil
 }
 
 // NewWithExporter returns a Tracer exporting to exp through the bounded

@@ -24,6 +24,7 @@ import (
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/tracing"
+	"github.com/walbox/walbox/tracing/otlp"
 )
 
 // runRelay wires the relay together and runs it until ctx ends. Shutdown
@@ -68,7 +69,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	}
 	// Off unless an OTEL_EXPORTER_OTLP_ENDPOINT is set. Shut down last, so
 	// the spans of records settled while stopping are exported too.
-	tracer, err := tracing.New(ctx, cfg.TracingConfig(), nil, log, reg)
+	tracer, err := otlp.New(ctx, cfg.TracingConfig(), nil, log, reg)
 	if err != nil {
 		return err
 	}
