@@ -226,13 +226,13 @@ func (t *Tracer) End(ctx context.Context, rec *kgo.Record, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition))))
+	partition := attribute.String("messaging.destination.partition.id", strconv.Itoa(int(rec.Partition)))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(attribute.String("error.type", errorType(err)))
+		span.SetAttributes(partition, attribute.String("error.type", errorType(err)))
 	} else {
-		span.SetAttributes(attribute.Int64("messaging.kafka.offset", rec.Offset))
+		span.SetAttributes(partition, attribute.Int64("messaging.kafka.offset", rec.Offset))
 	}
 	span.End()
 }
