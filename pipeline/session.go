@@ -608,8 +608,10 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 // inflightRecord is what the promise of one record needs to settle it. It
 // travels as the record's Context, so one promise function serves every
 // record and producing costs no closure per event. The embedded Context is
-// always context.Background(): franz-go consults Record.Context to cancel a
-// record, and walbox never gives up on one.
+// context.Background(), or derived from it with only the event's span
+// (Config.Tracer) as a value: never a deadline or a cancellation, since
+// franz-go consults Record.Context to cancel a record, and walbox never
+// gives up on one.
 type inflightRecord struct {
 	context.Context
 	txn        *checkpoint.Txn
