@@ -66,8 +66,12 @@ func TestGeneratorRows(t *testing.T) {
 			t.Fatalf("payload of id %d is not JSON: %v: %s", id, err, r.payload)
 		}
 		var h map[string]string
-		if err := json.Unmarshal(r.headers, &h); err != nil || h["trace_id"] == "" || h["correlation_id"] == "" {
+		if err := json.Unmarshal(r.headers, &h); err != nil || len(h["traceparent"]) != 55 || h["correlation_id"] == "" {
 			t.Fatalf("headers of id %d: %v: %s", id, err, r.headers)
+		}
+		// One row in a hundred is sampled by the writer (tracing.go).
+		if sampled := strings.HasSuffix(h["traceparent"], "-01"); sampled != (id%100 == 0) {
+			t.Fatalf("id %d: traceparent %s, want sampled %v", id, h["traceparent"], id%100 == 0)
 		}
 		if !strings.HasPrefix(r.aggID, r.aggType+"-") || r.eventType != r.aggType+".updated" {
 			t.Fatalf("id %d: aggregate %q of type %q, event type %q", id, r.aggID, r.aggType, r.eventType)

@@ -97,10 +97,19 @@ func (g *generator) next(id int64, r *row) {
 	r.payload = p
 
 	h := r.headers[:0]
-	h = append(h, `{"trace_id":"`...)
+	// A W3C trace context, as a traced writer stores it, sampled in one
+	// row of a hundred (a writer sampling 1 %); walbox traces it only in
+	// the tracing drains (tracing.go).
+	h = append(h, `{"traceparent":"00-`...)
 	h = strconv.AppendUint(h, g.rng.Uint64()|1<<63, 16)
 	h = strconv.AppendUint(h, g.rng.Uint64()|1<<63, 16)
-	h = append(h, `","correlation_id":"c-`...)
+	h = append(h, '-')
+	h = strconv.AppendUint(h, g.rng.Uint64()|1<<63, 16)
+	if id%100 == 0 {
+		h = append(h, `-01","correlation_id":"c-`...)
+	} else {
+		h = append(h, `-00","correlation_id":"c-`...)
+	}
 	h = strconv.AppendInt(h, id, 10)
 	h = append(h, `"}`...)
 	r.headers = h

@@ -131,6 +131,8 @@ type BacklogResult struct {
 	PayloadBytes int64      `json:"payload_bytes"`
 	LoadSeconds  []float64  `json:"load_seconds"`
 	Runs         []DrainRun `json:"runs"`
+	// Tracing compares the drains with tracing on to walbox's (Config.Tracing).
+	Tracing *TracingCost `json:"tracing,omitempty"`
 }
 
 // DrainRun is one relay draining a backlog.

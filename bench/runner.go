@@ -80,6 +80,10 @@ type Config struct {
 	// against a registry served from this process to the backlog drain,
 	// and a steady run of it at 2,000 events/s (bench/avro.go).
 	Avro bool
+	// Tracing adds two backlog drains of walbox with OpenTelemetry tracing
+	// on (bench/tracing.go), exporting to an OTLP sink in this process:
+	// 1 % and 100 % of the rows sampled.
+	Tracing bool
 
 	Log      *slog.Logger // diagnostics; relay logs at warn and above
 	Progress io.Writer    // one line per step
@@ -458,6 +462,9 @@ func (r *Runner) backlog(ctx context.Context) {
 	if c.Avro {
 		slots = append(slots, "bench_walbox_avro")
 	}
+	if c.Tracing {
+		slots = append(slots, tracingSlots...)
+	}
 	for _, slot := range slots {
 		if _, err := r.env.CreateSlot(ctx, slot); err != nil {
 			r.fail("backlog", err)
@@ -471,6 +478,9 @@ func (r *Runner) backlog(ctx context.Context) {
 
 	logPath := filepath.Join(c.OutDir, "walbox-backlog.log")
 	record(r.drain(ctx, r.env.NewWalboxProcess(r.bin, "bench_walbox", r.prefix("backlog", "walbox"), c.WalboxLinger, logPath), n, target, res.PayloadBytes, 0, nil, nil))
+	if c.Tracing {
+		r.tracingDrains(ctx, res, n, target, record)
+	}
 	if c.ExactlyOnce {
 		record(r.drain(ctx, r.env.NewWalboxEOS(r.bin, "bench_walbox_eos", r.prefix("backlog", "walbox-eos"), c.WalboxLinger, c.EOSTxnInterval,
 			filepath.Join(c.OutDir, "walbox-eos-backlog.log")), n, target, res.PayloadBytes, 0, nil, nil))

@@ -46,6 +46,8 @@ type walboxProc struct {
 	logPath string
 	name    string   // relay name; empty is walboxName
 	args    []string // extra arguments before the benchmark-wide ones (NewWalboxEOS)
+	// extraEnv is added to the process's environment (NewWalboxTraced).
+	extraEnv []string
 
 	cmd    *exec.Cmd
 	exited chan error
@@ -111,11 +113,13 @@ func (w *walboxProc) Start(ctx context.Context) error {
 	w.cmd.Args = append(append(w.cmd.Args, w.args...), w.env.WalboxArgs...)
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "WALBOX_") && !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {
+		// OTEL_*: tracing is on only in the runs that ask (tracing.go).
+		if !strings.HasPrefix(kv, "WALBOX_") && !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") && !strings.HasPrefix(kv, "OTEL_") {
 			env = append(env, kv)
 		}
 	}
 	env = append(env, w.env.WalboxEnv...)
+	env = append(env, w.extraEnv...)
 	w.cmd.Env = env
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	// The relay must not outlive the benchmark, whatever kills it.

@@ -14,6 +14,7 @@ import (
 	"github.com/walbox/walbox/schemareg"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
+	"github.com/walbox/walbox/tracing"
 )
 
 // Columns names the outbox table's columns that walbox reads; it is the
@@ -157,6 +158,17 @@ type Config struct {
 	// LogFormat is json (default) or text.
 	LogFormat string
 
+	// Tracing (package tracing): on when an OTEL_EXPORTER_OTLP_ENDPOINT is
+	// set; these are what no OpenTelemetry variable covers. TracingParent
+	// is child (default) or link, TracingTraceparent producer (default) or
+	// row, TracingContextHeader the header carrying the row's trace
+	// context (traceparent), TracingSpanName the span's name ("": send
+	// <topic>).
+	TracingParent        string
+	TracingTraceparent   string
+	TracingContextHeader string
+	TracingSpanName      string
+
 	// Snapshot is the takeover mode (package snapshot): "none" (default),
 	// "pending" or "all". It applies only on the start that creates the slot.
 	Snapshot string
@@ -276,6 +288,9 @@ func Defaults() Config {
 		ClientID:              "walbox",
 		LogLevel:              "info",
 		LogFormat:             "json",
+		TracingParent:         string(tracing.ParentChild),
+		TracingTraceparent:    string(tracing.OutgoingProducer),
+		TracingContextHeader:  tracing.DefaultContextHeader,
 		Snapshot:              string(snapshot.ModeNone),
 		HeartbeatInterval:     10 * time.Second,
 		Streaming:             !p.DisableStreaming,
@@ -341,6 +356,17 @@ func (c Config) PipelineConfig() pipeline.Config {
 		}
 	}
 	return p
+}
+
+// TracingConfig returns the tracing settings walbox's flags hold; the
+// OTEL_* variables say the rest (tracing.New).
+func (c Config) TracingConfig() tracing.Config {
+	return tracing.Config{
+		Parent:        tracing.ParentMode(c.TracingParent),
+		Outgoing:      tracing.OutgoingMode(c.TracingTraceparent),
+		ContextHeader: c.TracingContextHeader,
+		SpanName:      c.TracingSpanName,
+	}
 }
 
 // Validate checks every field and returns all problems at once, joined with

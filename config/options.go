@@ -15,6 +15,7 @@ import (
 	"github.com/walbox/walbox/schemareg"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
+	"github.com/walbox/walbox/tracing"
 )
 
 // This file declares every option exactly once: its flag, environment
@@ -621,6 +622,45 @@ var options = []*option{
 		check: func(c *Config) error { return checkEnum(c.LogFormat, logFormats...) },
 	},
 
+	// Tracing: the OTEL_* variables switch it on and configure the SDK
+	// (docs/tracing.md); these options cover what they do not.
+	{
+		flag: "tracing-parent", env: "WALBOX_TRACING_PARENT", yaml: "tracing.parent", group: groupOperations,
+		help: "How an event's producer span relates to the span in its row's traceparent: child (in the writer's trace) " +
+			"or link (the root of a new trace, linked to the row's span)",
+		value: enumValue("MODE", func(c *Config) *string { return &c.TracingParent }, tracingParents...),
+		check: func(c *Config) error { return checkEnum(c.TracingParent, tracingParents...) },
+	},
+	{
+		flag: "tracing-traceparent", env: "WALBOX_TRACING_TRACEPARENT", yaml: "tracing.traceparent", group: groupOperations,
+		help: "Which trace context a traced record's traceparent header carries: producer (walbox's span, so the consumer's span is its child) " +
+			"or row (the row's own, unchanged)",
+		value: enumValue("MODE", func(c *Config) *string { return &c.TracingTraceparent }, tracingOutgoing...),
+		check: func(c *Config) error { return checkEnum(c.TracingTraceparent, tracingOutgoing...) },
+	},
+	{
+		flag: "tracing-context-header", env: "WALBOX_TRACING_CONTEXT_HEADER", yaml: "tracing.context_header", group: groupOperations,
+		help:  "Record header holding the row's W3C trace context: a traceparent, or a Java properties text with a traceparent= line",
+		value: stringValue("NAME", func(c *Config) *string { return &c.TracingContextHeader }),
+		check: func(c *Config) error {
+			if c.TracingContextHeader == "" {
+				return badf("expected a header name")
+			}
+			return nil
+		},
+	},
+	{
+		flag: "tracing-span-name", env: "WALBOX_TRACING_SPAN_NAME", yaml: "tracing.span_name", group: groupOperations,
+		help:  "Name of the producer spans; empty means \"send <topic>\", the OpenTelemetry messaging conventions' name",
+		value: stringValue("NAME", func(c *Config) *string { return &c.TracingSpanName }),
+		check: func(c *Config) error {
+			if strings.ContainsAny(c.TracingSpanName, "\r\n") || len(c.TracingSpanName) > 255 {
+				return badf("expected one line of at most 255 bytes")
+			}
+			return nil
+		},
+	},
+
 	// Takeover from a polling relay (package snapshot validates).
 	{
 		flag: "snapshot", env: "WALBOX_SNAPSHOT", yaml: "snapshot", group: groupPostgres,
@@ -974,6 +1014,11 @@ func checkPositiveInt(n int) error {
 	}
 	return nil
 }
+
+var (
+	tracingParents  = []string{string(tracing.ParentChild), string(tracing.ParentLink)}
+	tracingOutgoing = []string{string(tracing.OutgoingProducer), string(tracing.OutgoingRow)}
+)
 
 func checkEnum(s string, allowed ...string) error {
 	for _, a := range allowed {

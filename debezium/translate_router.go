@@ -107,8 +107,11 @@ func (t *translator) eventRouter(prefix string) {
 			t.mapped(c, prefix+"table.fields.additional.placement", "eventrouter.AdditionalPlacement", "")
 		}
 	}
-	if v, ok := t.get(c, prefix+"tracing.operation.name"); ok && v != "" {
-		t.warn(c, prefix+"tracing.operation.name", "names the OpenTelemetry span Debezium would create; walbox creates none, and the records are the same")
+	if v, ok := t.get(c, prefix+"tracing.operation.name"); ok && strings.TrimSpace(v) != "" {
+		// Debezium names its processing span so; walbox's one span per
+		// event (package tracing) is that span.
+		t.setOption("tracing-span-name", strings.TrimSpace(v), prefix+"tracing.operation.name")
+		t.mapped(c, prefix+"tracing.operation.name", "--tracing-span-name", "the name of walbox's producer span (Debezium's processing span)")
 	}
 	if v, ok := t.get(c, prefix+"table.fields.additional.error.on.missing"); ok {
 		b, err := strconv.ParseBool(v)

@@ -306,3 +306,32 @@ producer.ssl.truststore.location=/x.jks
 		t.Errorf("default mechanism: %v", err)
 	}
 }
+
+// TestTranslateTracingKeys: tracing.operation.name names walbox's span;
+// the context column and the context-only switch reach the EventRouter.
+func TestTranslateTracingKeys(t *testing.T) {
+	tr, err := translate(t, base+`transforms.outbox.tracing.operation.name=outbox-relay
+transforms.outbox.tracing.span.context.field=trace_ctx
+transforms.outbox.tracing.with.context.field.only=true
+`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var span string
+	for _, o := range tr.Options {
+		if o.Flag == "tracing-span-name" {
+			span = o.Value
+		}
+	}
+	if span != "outbox-relay" {
+		t.Errorf("--tracing-span-name %q, want outbox-relay (options %+v)", span, tr.Options)
+	}
+	if tr.Router.TracingSpanContextColumn != "trace_ctx" || !tr.Router.TracingWithContextFieldOnly {
+		t.Errorf("router %q %v, want trace_ctx true", tr.Router.TracingSpanContextColumn, tr.Router.TracingWithContextFieldOnly)
+	}
+	for _, w := range tr.Warnings {
+		if strings.Contains(w.Key, "tracing") {
+			t.Errorf("warning on %s: %s", w.Key, w.Why)
+		}
+	}
+}

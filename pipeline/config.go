@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/tracing"
 )
 
 // Config holds the relay's settings. Zero durations and sizes take the
@@ -116,6 +117,10 @@ type Config struct {
 	// applied by logical replication from another server (PostgreSQL 16+;
 	// an older server is refused when replication starts).
 	Origin string
+
+	// Tracer, when set, traces each event whose row carries a trace
+	// context (package tracing); nil traces nothing.
+	Tracer *tracing.Tracer
 
 	// Delivery is DeliveryAtLeastOnce (default) or DeliveryExactlyOnce.
 	// Exactly-once needs a TxnProducer (a client made by NewKafkaClient

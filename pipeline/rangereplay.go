@@ -22,6 +22,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/tracing"
 )
 
 // Range replay (walbox replay): stream a saved range of the outbox again
@@ -129,6 +130,8 @@ type ReplayConfig struct {
 	Publication string
 	// Slot is the trailing slot to copy (never streamed from or moved).
 	Slot string
+	// Tracer, when set, traces the replayed events (walbox.replayed).
+	Tracer *tracing.Tracer
 	// Tables and MessagePrefix are as in Config. Invalid rows follow the
 	// router's policy (dead-lettered or an error), as in walbox run.
 	Tables        []string
@@ -430,6 +433,7 @@ type rangeReplay struct {
 	// counts its events.
 	inRange   bool
 	txnEvents int
+	txnReadAt time.Time // when the current transaction's Begin was read, for spans
 	received  pglogrepl.LSN
 	lastEnd   pglogrepl.LSN
 	events    int
@@ -736,6 +740,7 @@ func (r *rangeReplay) handleDecoded(msg decoder.Decoded) error {
 		}
 		r.inRange = r.cfg.Range.Contains(m.CommitLSN, m.CommitTime)
 		r.txnEvents = 0
+		r.txnReadAt = r.cfg.Tracer.Now()
 		if r.unstream != 0 && m.XID == r.unstream {
 			r.unstreamOpen = true
 		}
@@ -837,12 +842,14 @@ func (r *rangeReplay) replayInsert(ins *decoder.Insert) error {
 	}
 	// Never cancelled: a record once handed over is waited for (Flush), so
 	// the counts are what Kafka acknowledged.
+	rec.Context = r.cfg.Tracer.Start(rec, tracing.Event{ReadAt: r.txnReadAt, CommitLSN: ins.CommitLSN, CommitTime: ins.CommitTime, EventID: routed.EventID, DeadLetter: routed.DeadLetter, Replayed: true})
 	r.producer.Produce(context.Background(), rec, r.settle)
 	return nil
 }
 
 // settle runs in the producer's callback goroutine.
 func (r *rangeReplay) settle(rec *kgo.Record, err error) {
+	r.cfg.Tracer.End(rec.Context, rec, err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {

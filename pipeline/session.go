@@ -18,6 +18,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/heartbeat"
 	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/tracing"
 )
 
 // session runs one replication connection from connect to close. It returns
@@ -163,6 +164,7 @@ type loop struct {
 	conn       *pgconn.PgConn
 	produceCtx context.Context
 	txn        *checkpoint.Txn
+	txnReadAt  time.Time // when txn's Begin was read, for its spans (zero when not tracing)
 	// ord is the position of the next change or message in txn.
 	ord        uint32
 	received   pglogrepl.LSN
@@ -498,6 +500,7 @@ func (l *loop) handleDecoded(walStart pglogrepl.LSN, msg decoder.Decoded) error 
 	case *decoder.Begin: // a unit begins
 		l.stream.begun(m.XID)
 		l.txn = l.tracker.Begin()
+		l.txnReadAt = l.cfg.Tracer.Now()
 		l.ord = 0
 		l.lastCommit = max(l.lastCommit, m.CommitLSN)
 	case *decoder.Insert:
@@ -704,8 +707,10 @@ func (l *loop) handleNonTransactional(m *decoder.Message) error {
 // inflightRecord is what the promise of one record needs to settle it. It
 // travels as the record's Context, so one promise function serves every
 // record and producing costs no closure per event. The embedded Context is
-// always context.Background(): franz-go consults Record.Context to cancel a
-// record, and walbox never gives up on one.
+// context.Background(), or derived from it with only the event's span
+// (Config.Tracer) as a value: never a deadline or a cancellation, since
+// franz-go consults Record.Context to cancel a record, and walbox never
+// gives up on one.
 type inflightRecord struct {
 	context.Context
 	txn        *checkpoint.Txn
@@ -740,7 +745,7 @@ func (m *inflightRecord) origin() router.Origin {
 // Only the loop calls it, after checking the in-flight limit, so Produce
 // never blocks.
 func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
-	m.Context = context.Background()
+	m.Context = l.cfg.Tracer.Start(rec, tracing.Event{ReadAt: l.txnReadAt, CommitLSN: m.key.commit, CommitTime: m.commitTime, EventID: m.eventID, DeadLetter: m.deadLetter})
 	m.size = recordSize(rec)
 	rec.Context = m
 	l.inflight.add(m.size)
@@ -754,6 +759,7 @@ func (l *loop) produce(rec *kgo.Record, m *inflightRecord) {
 // session) calls it with the record's inflightRecord. It is the point where
 // a record is acknowledged (err nil) or refused.
 func (l *loop) settle(rec *kgo.Record, m *inflightRecord, err error) {
+	l.cfg.Tracer.End(m.Context, rec, err)
 	if err != nil && l.delivery.refused(rec, m, err) {
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/walbox/walbox/tracing"
 )
 
 // Mode says which outbox rows a takeover reads from the snapshot.
@@ -108,6 +110,9 @@ type Config struct {
 	Order []string
 	// BatchRows is how many rows one FETCH reads; default 1000.
 	BatchRows int
+	// Tracer, when set, traces the snapshot's rows that carry a trace
+	// context, as replayed events (walbox.replayed).
+	Tracer *tracing.Tracer
 }
 
 // orderBy renders Order for SQL, each name quoted.

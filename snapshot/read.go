@@ -17,6 +17,7 @@ import (
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/tracing"
 )
 
 // Producer is the part of *kgo.Client a takeover uses: the relay's client,
@@ -116,6 +117,7 @@ func (r *reader) read(ctx context.Context, snapshotName string) (Stats, error) {
 		failed   = make(chan struct{})
 	)
 	promise := func(rec *kgo.Record, err error) {
+		r.cfg.Tracer.End(rec.Context, rec, err)
 		if err != nil {
 			failOnce.Do(func() {
 				id, _ := rec.Context.Value(eventIDKey{}).(string)
@@ -178,6 +180,7 @@ func (r *reader) fetch(ctx context.Context, tx pgx.Tx, fetch string, rel *decode
 	promise func(*kgo.Record, error),
 ) (int, error) {
 	rr := tx.Conn().PgConn().ExecParams(ctx, fetch, nil, nil, nil, nil)
+	readAt := r.cfg.Tracer.Now() // the batch's read, for its spans
 	n := 0
 	for rr.NextRow() {
 		ins, err := rowInsert(rel, r.table, rr.Values())
@@ -195,7 +198,8 @@ func (r *reader) fetch(ctx context.Context, tx pgx.Tx, fetch string, rel *decode
 			r.log.Warn("invalid outbox row of the snapshot routed to the dead-letter topic",
 				"event_id", routed.EventID, "xid", ins.XID, "topic", routed.Record.Topic, "reason", routed.Reason)
 		}
-		routed.Record.Context = context.WithValue(context.Background(), eventIDKey{}, routed.EventID)
+		traced := r.cfg.Tracer.Start(routed.Record, tracing.Event{ReadAt: readAt, CommitLSN: ins.CommitLSN, EventID: routed.EventID, DeadLetter: routed.DeadLetter, Replayed: true})
+		routed.Record.Context = context.WithValue(traced, eventIDKey{}, routed.EventID)
 		// Blocks while the client's buffer (--max-inflight-records) is full.
 		r.producer.Produce(ctx, routed.Record, promise)
 		st.Produced++

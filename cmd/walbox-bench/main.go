@@ -70,6 +70,7 @@ type options struct {
 	exactlyOnce   bool
 	eosInterval   time.Duration
 	avro          bool
+	tracing       bool
 }
 
 // scenarioNames are the scenarios --scenarios accepts.
@@ -130,6 +131,7 @@ Options:
 	fs.DurationVar(&o.pollLimit, "poll-drain-limit", time.Minute, "stop a polling relay's backlog drain after this long and report the rate so far (0: no limit)")
 	fs.BoolVar(&o.exactlyOnce, "exactly-once", true, "also run walbox with --delivery exactly-once (relay walbox-eos) in the backlog and steady scenarios, next to at-least-once; --exactly-once=false skips it")
 	fs.BoolVar(&o.avro, "avro", true, "also run walbox with --value-format avro against a schema registry served from this process (franz-go's fake registry) in the backlog drain, and at 2,000 events/s in the steady scenario; --avro=false skips it")
+	fs.BoolVar(&o.tracing, "tracing", true, "also drain the backlog with OpenTelemetry tracing on, 1 % and 100 % of rows sampled (relays walbox-trace-1%, walbox-trace-100%), spans sent to an OTLP sink in this process; --tracing=false skips it")
 	fs.DurationVar(&o.eosInterval, "eos-txn-interval", config.Defaults().TransactionMaxInterval, "walbox-eos's --transaction-max-interval (default: walbox's own default)")
 	fs.BoolVar(&o.verbose, "v", false, "log the relays' and the harness's diagnostics to stderr")
 	fs.BoolVar(&o.withDebezium, "with-debezium", false, "also run Debezium 3.x (Postgres connector + Outbox Event Router in Kafka Connect standalone, jars from e2e/debezium/pom.xml through mvn) in the backlog and steady scenarios and print walbox/Debezium ratios; needs java 17+, mvn and a real broker")
@@ -258,7 +260,7 @@ func runBench(o options, large, polls, live []int, stdout, stderr io.Writer) int
 		Rate: o.rate, Duration: o.duration, WriterConns: o.writerConns, SteadyCeiling: o.steadyCeiling,
 		LargeTxn: large, PollBatches: polls, Scenarios: scenarios, ForeignRows: o.foreignRows, LargeLive: live,
 		LargePayloadRows: o.payloadRows, LargePayloadBytes: o.payloadBytes,
-		ExactlyOnce: o.exactlyOnce, EOSTxnInterval: o.eosInterval, Avro: o.avro,
+		ExactlyOnce: o.exactlyOnce, EOSTxnInterval: o.eosInterval, Avro: o.avro, Tracing: o.tracing,
 		OutDir: out, CPUProfile: o.cpuProfile, WalboxBin: o.walboxBin, WalboxLinger: o.walboxLinger, PollDrainLimit: o.pollLimit,
 		Log: log, Progress: stderr, WithDebezium: o.withDebezium,
 	}, env)

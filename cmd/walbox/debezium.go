@@ -17,6 +17,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/tracing"
 )
 
 // debeziumMode is walbox run with --debezium-config: Debezium's
@@ -87,6 +88,12 @@ func (d *debeziumMode) routerConfig(cfg config.Config, cols map[string][]eventro
 	}
 	rc.Columns = cols
 	rc.Values, rc.Keys = d.enc.Values, d.enc.Keys
+	// As Debezium with an OpenTelemetry agent: the row's
+	// tracing.span.context.field becomes a traceparent header, which the
+	// tracer reads and replaces with its producer span's.
+	if s, _, err := tracing.FromEnv(nil, tracing.Config{}); err == nil && s.Enabled {
+		rc.TraceContextHeaders = true
+	}
 	return rc
 }
 

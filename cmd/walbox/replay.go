@@ -19,6 +19,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/tracing/otlp"
 )
 
 const replayHelp = `Usage: walbox replay --from LSN|TIME [--to LSN|TIME] [--topic TEMPLATE] [--dry-run] [options of walbox run]
@@ -195,7 +196,13 @@ func runReplay(ctx context.Context, cfg config.Config, o replayOptions, rg pipel
 		}
 	}
 	pcfg := cfg.PipelineConfig()
+	tracer, err := otlp.New(ctx, cfg.TracingConfig(), nil, log, nil)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracer(tracer, log)
 	rcfg := pipeline.ReplayConfig{
+		Tracer:         tracer,
 		ConnString:     cfg.PGDSN,
 		Publication:    cfg.Publication,
 		Slot:           cfg.ReplaySlotName(),

@@ -23,6 +23,8 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/tracing"
+	"github.com/walbox/walbox/tracing/otlp"
 )
 
 // runRelay wires the relay together and runs it until ctx ends. Shutdown
@@ -65,6 +67,13 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if err := version.Register(reg, build); err != nil {
 		return err
 	}
+	// Off unless an OTEL_EXPORTER_OTLP_ENDPOINT is set. Shut down last, so
+	// the spans of records settled while stopping are exported too.
+	tracer, err := otlp.New(ctx, cfg.TracingConfig(), nil, log, reg)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracer(tracer, log)
 
 	var (
 		rt         pipeline.Router
@@ -103,6 +112,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	kc.MaxBufferedRecords = cfg.MaxInflightRecords + 1
 	kc.TopicLimits = limits
 	pcfg := cfg.PipelineConfig()
+	pcfg.Tracer = tracer
 	// In exactly-once mode the relay's transactional client carries the
 	// walbox_kafka_ metrics; kcl only serves the snapshot and /readyz.
 	kreg := prometheus.Registerer(reg)
@@ -130,7 +140,7 @@ func runRelayWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts
 	if dbz != nil {
 		slot, rt, err = dbz.setup(ctx, cfg, log)
 	} else {
-		slot, err = setupSlotOrTakeover(ctx, cfg, wrt, kcl, log)
+		slot, err = setupSlotOrTakeover(ctx, cfg, wrt, kcl, tracer, log)
 	}
 	if err != nil {
 		if ctx.Err() != nil { // stopped while waiting for Postgres
@@ -308,4 +318,17 @@ func startMetricsServer(addr string, reg *prometheus.Registry, relay *pipeline.R
 	ready.registries = registries
 	mux.Handle("/readyz", ready)
 	return &metricsServer{Server: newHTTPServer(mux, metricsHTTPLimits), ln: limitListener(ln, metricsHTTPLimits.maxConns)}, nil
+}
+
+// shutdownTracer exports the spans still queued, for at most 5 s: a
+// collector that is down must not hold up the stop.
+func shutdownTracer(t *tracing.Tracer, log *slog.Logger) {
+	if t == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans still queued at stop were not exported", "err", err)
+	}
 }

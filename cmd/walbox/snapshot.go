@@ -14,6 +14,7 @@ import (
 	"github.com/walbox/walbox/router"
 	"github.com/walbox/walbox/slotctl"
 	"github.com/walbox/walbox/snapshot"
+	"github.com/walbox/walbox/tracing"
 )
 
 // setupSlotOrTakeover prepares the slot: with --snapshot none as
@@ -21,8 +22,9 @@ import (
 // is unfinished; otherwise through snapshot.Takeover, which creates the
 // slot with an exported snapshot where setupSlot would create it and sends
 // the snapshot's rows with producer before returning.
-func setupSlotOrTakeover(ctx context.Context, cfg config.Config, rt *router.Router, producer snapshot.Producer, log *slog.Logger) (slotctl.SlotInfo, error) {
+func setupSlotOrTakeover(ctx context.Context, cfg config.Config, rt *router.Router, producer snapshot.Producer, tracer *tracing.Tracer, log *slog.Logger) (slotctl.SlotInfo, error) {
 	scfg := cfg.SnapshotConfig()
+	scfg.Tracer = tracer
 	if scfg.Mode == snapshot.ModeNone {
 		// Checked first, so that a missing slot under an unfinished
 		// snapshot is explained as such, not as a vanished slot; and under

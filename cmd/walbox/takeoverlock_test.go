@@ -38,7 +38,7 @@ func TestPlainRunWaitsForTakeover(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := setupSlotOrTakeover(ctxT(t), e.cfg, e.rt, nil, newLogger(e.cfg, e.logs))
+		_, err := setupSlotOrTakeover(ctxT(t), e.cfg, e.rt, nil, nil, newLogger(e.cfg, e.logs))
 		done <- err
 	}()
 	select {

@@ -68,11 +68,19 @@ type Config struct {
 	AdditionalPlacement []Placement // table.fields.additional.placement
 
 	// tracing.span.context.field ("tracingspancontext") and
-	// tracing.with.context.field.only (false). They change nothing in the
-	// record: Debezium injects a trace header only with an OpenTelemetry
-	// SDK or agent on Connect's classpath, and then with a fresh span id.
+	// tracing.with.context.field.only (false). Debezium injects a trace
+	// header only with an OpenTelemetry SDK or agent on Connect's
+	// classpath; walbox only when TraceContextHeaders is set (walbox
+	// traces): then a row's TracingSpanContextColumn value, the
+	// java.util.Properties text Debezium reads (traceparent=...), becomes
+	// its record's traceparent (and tracestate) header, which package
+	// tracing reads and replaces with the producer span's. A row without
+	// the column, or with NULL, gets no header and no span, whatever
+	// TracingWithContextFieldOnly says: Debezium's ActivateTracingSpan
+	// creates no span without a context either.
 	TracingSpanContextColumn    string
 	TracingWithContextFieldOnly bool
+	TraceContextHeaders         bool
 
 	// ExtendedHeaders is extended.headers.enabled (true): the connector
 	// adds __debezium.context.* headers to every record.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/walbox/walbox/decoder"
 	"github.com/walbox/walbox/router"
+	"github.com/walbox/walbox/tracing"
 )
 
 // Header names Debezium sets on every outbox record.
@@ -65,6 +66,7 @@ type binding struct {
 	typeErrs                      []error   // per column, why schemas[i] is nil
 	id, key, payload, routeBy, ts int
 	placements                    []int // per Config.AdditionalPlacement
+	tracing                       int   // TracingSpanContextColumn with TraceContextHeaders, else -1
 }
 
 // New checks cfg and returns a Router. Problems wrap router.ErrInvalidConfig
@@ -260,6 +262,10 @@ func (r *Router) bind(rel *decoder.Relation) (*binding, error) {
 		payload:   rel.ColumnIndex(r.cfg.PayloadColumn),
 		routeBy:   rel.ColumnIndex(r.cfg.RouteByColumn),
 		ts:        -1,
+		tracing:   -1,
+	}
+	if r.cfg.TraceContextHeaders && r.cfg.TracingSpanContextColumn != "" {
+		b.tracing = rel.ColumnIndex(r.cfg.TracingSpanContextColumn)
 	}
 	if r.cfg.EventKeyColumn != "" {
 		b.key = rel.ColumnIndex(r.cfg.EventKeyColumn)
@@ -486,6 +492,15 @@ func (r *Router) build(ins *decoder.Insert, b *binding) (*kgo.Record, string, *r
 			st.values[st.schema.fieldIndex(alias(p))] = v
 		case "header":
 			headers = append(headers, kgo.RecordHeader{Key: alias(p), Value: headerValue(v)})
+		}
+	}
+
+	if b.tracing >= 0 && ins.Values[b.tracing].Kind == decoder.KindText {
+		ctx := tracing.ParseContextText(ins.Values[b.tracing].Data)
+		for _, k := range []string{"traceparent", "tracestate"} {
+			if v, ok := ctx[k]; ok && v != "" {
+				headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+			}
 		}
 	}
 
