@@ -919,6 +919,18 @@ func (e *eosState) divert(rec *kgo.Record, m *inflightRecord) *kgo.Record {
 // open is aborted; the next session produces it again.
 func (e *eosState) endSession(ctx context.Context) {
 	if e.fenced.Load() {
+		// A commit still running is the fenced client's and cannot
+		// commit: it is forgotten once it ended, so that the session
+		// after standByAfterFence does not finish it on its first tick
+		// and take its failure for a new fence.
+		if c := e.committing; c != nil {
+			select {
+			case err := <-c.done:
+				e.log.Info("exactly-once: the commit running when this instance was fenced ended; the next session resumes from the state topic", "transactional_id", e.txnID, "err", err)
+			case <-ctx.Done():
+			}
+			e.committing = nil
+		}
 		return
 	}
 	if err := e.waitCommit(ctx); err != nil && !isTxnAborted(err) {
