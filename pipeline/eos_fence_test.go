@@ -12,7 +12,8 @@ import (
 // another instance fences this one. The session ends as run does (the
 // failure first: confirmBeforeFailing and endSession return at once when
 // fenced, without waiting for the commit), the relay stands by
-// (standByAfterFence) and takes the slot back. The commit left running
+// (standByAfterFence), purges the lost session (flushLostSession) and
+// takes the slot back. The commit left running
 // belongs to the fenced client: the next session used to finish it on its
 // first tick, take its "fenced" for a new fence, and stop again, though its
 // own fresh producer id had fenced the other instance.
@@ -57,6 +58,13 @@ func TestEOSStandByAfterFenceDropsTheFencedCommit(t *testing.T) {
 	first.eos.endSession(ctx)
 	if !first.relay.standByAfterFence(ferr) {
 		t.Fatal("the relay does not stand by after the fence")
+	}
+	if _, err := first.relay.flushLostSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As Run: the purged records' promises may report the fence again.
+	if ferr := first.relay.failureErr(); ferr != nil && !first.relay.standByAfterFence(ferr) {
+		t.Fatal(ferr)
 	}
 	// The slot is free again: the relay takes it back.
 	if err := first.newSession(t); err != nil {
