@@ -358,6 +358,21 @@ func (e *eosState) startSession(ctx context.Context, _ Producer, srv serverHisto
 // resume aborts a transaction a failed abort left open, loads the producer
 // id (fencing a predecessor) and reads the committed position.
 func (e *eosState) resume(ctx context.Context, followedFrom *History) error {
+	if c := e.committing; c != nil {
+		// Left running by a session that was fenced (endSession does
+		// not wait for it; flushLostSession purged its records since):
+		// it is the fenced client's and cannot commit. It is forgotten
+		// once it ended, before its client is replaced, so that this
+		// session does not finish it on its first tick and take its
+		// failure for a new fence.
+		e.committing = nil
+		select {
+		case err := <-c.done:
+			e.log.Info("exactly-once: the commit running when this instance was fenced ended; resuming from the state topic", "transactional_id", e.txnID, "err", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	// Records acknowledged in a Kafka transaction this process never saw
 	// commit are not counted as delivered.
 	e.sent.aborted()
@@ -919,7 +934,7 @@ func (e *eosState) divert(rec *kgo.Record, m *inflightRecord) *kgo.Record {
 // open is aborted; the next session produces it again.
 func (e *eosState) endSession(ctx context.Context) {
 	if e.fenced.Load() {
-		return
+		return // a running commit is the fenced client's: see resume
 	}
 	if err := e.waitCommit(ctx); err != nil && !isTxnAborted(err) {
 		e.log.Warn("could not finish the kafka transaction that was committing when the session ended; whatever is not committed and confirmed is sent again by the next session (the state topic skips what is committed)", "err", err)
