@@ -85,7 +85,9 @@ func TestDebeziumModeAvroApicurio(t *testing.T) {
 	fulltest.Require(t, "starts Apicurio Registry")
 	parallel(t)
 	reg := registrytest.Start(t)
-	t.Run("confluent converter", func(t *testing.T) { testDebeziumModeAvro(t, reg.URL, confluentAvroConverter(reg.URL), avroRun{avroKey: true}) })
+	t.Run("confluent converter", func(t *testing.T) {
+		testDebeziumModeAvro(t, reg.URL, confluentAvroConverter(reg.URL), avroRun{avroKey: true})
+	})
 	// Apicurio's own converter in its Confluent layout, given Apicurio's
 	// native API URL: walbox speaks the Confluent-compatible API beside it.
 	t.Run("apicurio converter", func(t *testing.T) {
