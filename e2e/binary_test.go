@@ -2,54 +2,25 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/walbox/walbox/internal/childproc"
 	"github.com/walbox/walbox/internal/logbuf"
-)
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildDir  string
+	"github.com/walbox/walbox/internal/walboxbin"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	walboxbin.Cleanup()
 	os.Exit(code)
 }
 
-// walboxBinary builds ./cmd/walbox once per test binary.
-func walboxBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "walbox-e2e-bin")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "walbox")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/walbox/walbox/cmd/walbox")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// walboxBinary is ./cmd/walbox, built once per test binary.
+func walboxBinary(t *testing.T) string { return walboxbin.Path(t) }
 
 // proc is one running walbox process.
 type proc struct {

@@ -2,14 +2,12 @@ package kafkacluster
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,42 +20,17 @@ import (
 	"github.com/walbox/walbox/internal/childproc"
 	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/outboxtest"
-)
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildDir  string
+	"github.com/walbox/walbox/internal/walboxbin"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	walboxbin.Cleanup()
 	os.Exit(code)
 }
 
-// walboxBinary builds ./cmd/walbox once per test binary.
-func walboxBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "walbox-kafkacluster-bin")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "walbox")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/walbox/walbox/cmd/walbox").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// walboxBinary is ./cmd/walbox, built once per test binary.
+func walboxBinary(t *testing.T) string { return walboxbin.Path(t) }
 
 // proc is the walbox process.
 type proc struct {
