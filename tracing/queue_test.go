@@ -83,7 +83,7 @@ func TestCollectorDownNeverBlocks(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no log of dropped spans; log: %s", logs.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling the log
 	}
 	for range n {
 		rec := record(sampled)

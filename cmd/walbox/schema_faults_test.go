@@ -100,7 +100,7 @@ func TestRunRegistryFaultsConfirmNothing(t *testing.T) {
 				if c := confirmed(); c >= afterLSN {
 					t.Fatalf("%s: the slot was confirmed to %s, past the row (before %s)", f.name, c, afterLSN)
 				}
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // sampling the slot during the window
 			}
 		} else {
 			select {
