@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,13 @@ func startWalbox(t *testing.T, env []string) *proc {
 		}
 		if t.Failed() {
 			t.Logf("walbox stderr:\n%s", p.stderr.Tail(8000))
+		}
+		// The whole log, for a run investigated by hand.
+		if dir := os.Getenv("WALBOX_TEST_LOG_DIR"); dir != "" {
+			name := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".walbox.log")
+			if err := os.WriteFile(name, []byte(p.stderr.String()), 0o644); err != nil {
+				t.Errorf("keep walbox's log: %v", err)
+			}
 		}
 	})
 	return p

@@ -70,6 +70,9 @@ func (c *Consumer) Close() { c.cl.Close() }
 
 // Poll returns the records fetched in one poll, waiting at most until ctx
 // ends; an ended ctx is not an error (the caller's deadline check reports).
+// A poll can hold one partition's error beside other partitions' records:
+// the records are returned with the first error, since the client has
+// moved past them and would not fetch them again.
 func (c *Consumer) Poll(ctx context.Context) ([]Received, error) {
 	fs := c.cl.PollFetches(ctx)
 	var errs []error
@@ -78,8 +81,9 @@ func (c *Consumer) Poll(ctx context.Context) ([]Received, error) {
 			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", t, p, err))
 		}
 	})
+	var first error
 	if len(errs) > 0 {
-		return nil, errs[0]
+		first = errs[0]
 	}
 	now := time.Now()
 	var out []Received
@@ -93,7 +97,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Received, error) {
 			Value: r.Value, Headers: h, Timestamp: r.Timestamp, At: now,
 		})
 	})
-	return out, nil
+	return out, first
 }
 
 // ReadUntil polls until done reports true for everything received so far or
@@ -105,10 +109,10 @@ func (c *Consumer) ReadUntil(ctx context.Context, done func([]Received) bool) ([
 			return all, fmt.Errorf("stopped waiting after %d records: %w", len(all), ctx.Err())
 		}
 		got, err := c.Poll(ctx)
+		all = append(all, got...)
 		if err != nil {
 			return all, err
 		}
-		all = append(all, got...)
 	}
 	return all, nil
 }
