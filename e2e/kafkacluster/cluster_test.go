@@ -1,9 +1,12 @@
 package kafkacluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -29,6 +32,14 @@ const freeze = 20 * time.Second
 // ~30 s after its commit").
 const crashBound = 30 * time.Second
 
+// crashSlack is how long after Kafka recovered from a crash by itself (the
+// controller fenced the dead node) walbox may take to deliver what the
+// crash held: the bound when Kafka alone took longer than crashBound less
+// this, as on a loaded machine. walbox took 0.9 to 1.7 s after Kafka in
+// the runs measured; the slack is far below the minute-long receive
+// timeout that issue 29's stall waited for.
+const crashSlack = 15 * time.Second
+
 // TestClusterFaultsAtLeastOnce: at-least-once delivery, topics created by
 // the brokers on first produce (auto.create.topics.enable=true).
 func TestClusterFaultsAtLeastOnce(t *testing.T) { runClusterFaults(t, false) }
@@ -44,8 +55,8 @@ func TestClusterFaultsExactlyOnce(t *testing.T) { runClusterFaults(t, true) }
 // one fault it went through.
 type phase struct {
 	name       string
-	start, end time.Time // the fault began, the phase ended
-	from, to   time.Time // the commit times it is charged for: (from, to]
+	start, end time.Time     // the fault began, the phase ended
+	from, to   time.Time     // the commit times it is charged for: (from, to]
 	worst      time.Duration // worst commit-to-consumer latency of events committed in the window
 	events     int
 	// the event with the worst latency: its partition, and its commit to
@@ -95,7 +106,10 @@ func runClusterFaults(t *testing.T, eos bool) {
 		"WALBOX_KAFKA_BROKERS=" + strings.Join(c.Addrs(), ","),
 		"WALBOX_TOPIC=" + prefix + "{aggregate_type}",
 		"WALBOX_METRICS_ADDR=" + metrics,
-		"WALBOX_LOG_LEVEL=info",
+		// WALBOX_TEST_LOG_LEVEL=debug for a run investigated by hand
+		// (with WALBOX_TEST_LOG_DIR); franz-go's per-attempt lines are
+		// then expected.
+		"WALBOX_LOG_LEVEL=" + cmp.Or(os.Getenv("WALBOX_TEST_LOG_LEVEL"), "info"),
 	}
 	if eos {
 		env = append(env, "WALBOX_DELIVERY=exactly-once", "WALBOX_STATE_TOPIC=walbox-state.cluster")
@@ -160,6 +174,9 @@ func runClusterFaults(t *testing.T, eos bool) {
 		return last
 	}
 	var phases []*phase
+	// kafkaOwn is, by phase index, how long Kafka took to recover from a
+	// crash without walbox's part (crash).
+	kafkaOwn := map[int]time.Duration{}
 	var barrier time.Time // the commit time of the last event delivered before the next fault
 	run := func(name string, fault func()) {
 		t.Helper()
@@ -202,7 +219,8 @@ func runClusterFaults(t *testing.T, eos bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		crash(ctx, t, c, leader)
+		t.Logf("before the crash: %s", layout(ctx, c, eos, checked...))
+		kafkaOwn[len(phases)] = crash(ctx, t, c, leader, checked...)
 	})
 	if eos {
 		run("SIGKILL of the transaction coordinator", func() {
@@ -210,7 +228,8 @@ func runClusterFaults(t *testing.T, eos bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			crash(ctx, t, c, coord)
+			t.Logf("before the crash: %s", layout(ctx, c, eos, checked...))
+			kafkaOwn[len(phases)] = crash(ctx, t, c, coord, checked...)
 		})
 	}
 	var readyz []string
@@ -324,10 +343,17 @@ func runClusterFaults(t *testing.T, eos bool) {
 			steady = max(steady, lat)
 		}
 	}
-	for _, ph := range phases {
+	for i, ph := range phases {
 		t.Logf("%s: %s: %d events committed, worst commit-to-consumer latency %s (%s: %s to the broker's append, %s more to the consumer); worst commit-to-append %s",
 			mode, ph.name, ph.events, ph.worst.Round(10*time.Millisecond), ph.worstAt, ph.toAppend.Round(10*time.Millisecond), ph.toPoll.Round(10*time.Millisecond), ph.worstAppend.Round(10*time.Millisecond))
 		bound := crashBound
+		// A loaded machine can slow Kafka's own failover (a node's
+		// JVM, the controller's election and fencing) past the bound;
+		// walbox is then held to crashSlack after Kafka recovered.
+		if own, ok := kafkaOwn[i]; ok && own+crashSlack > bound {
+			t.Logf("%s: %s: Kafka took %s to recover by itself; bound %s", mode, ph.name, own.Round(10*time.Millisecond), (own + crashSlack).Round(10*time.Millisecond))
+			bound = own + crashSlack
+		}
 		if strings.Contains(ph.name, "frozen") {
 			bound += freeze
 		}
@@ -357,7 +383,7 @@ func runClusterFaults(t *testing.T, eos bool) {
 	if unreachable == 0 || back == 0 || unreachable > 4*c.Nodes() {
 		t.Errorf("%s: %d \"kafka broker unreachable\" and %d \"reachable again\" lines, want one per outage (1 to %d)", mode, unreachable, back, 4*c.Nodes())
 	}
-	if n := strings.Count(logs, "unable to open connection to broker"); n != 0 {
+	if n := strings.Count(logs, "unable to open connection to broker"); n != 0 && !strings.Contains(logs, `"level":"DEBUG"`) {
 		t.Errorf("%s: %d of franz-go's per-attempt warnings at info level, want 0 (at debug)", mode, n)
 	}
 	// The counter belongs to the producer client: exactly-once replaces
@@ -398,10 +424,17 @@ func slices0(ss []string, f func(string) bool) int {
 
 // crash SIGKILLs node id, restarts it (Kafka's log recovery; the restart
 // waits out the killed incarnation's broker session) and waits until the
-// cluster is fully replicated again.
-func crash(ctx context.Context, t *testing.T, c *kafkatest.Cluster, id int) {
+// cluster is fully replicated again. It returns how long Kafka itself took
+// to recover: until the controller had fenced the node (it is in no ISR of
+// topics, so acks=all can complete without it), or until it was back, if
+// that came first.
+func crash(ctx context.Context, t *testing.T, c *kafkatest.Cluster, id int, topics ...string) time.Duration {
 	t.Helper()
 	b := c.Node(id)
+	fenced := make(chan time.Time, 1)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go watchFenced(wctx, c, id, topics, fenced)
 	if err := b.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +442,78 @@ func crash(ctx context.Context, t *testing.T, c *kafkatest.Cluster, id int) {
 	if err := b.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("node %d SIGKILLed at %s and back in %s", id, killed.Format("15:04:05.000"), time.Since(killed).Round(10*time.Millisecond))
+	back := time.Since(killed)
+	recovered := back
+	select {
+	case at := <-fenced:
+		recovered = min(back, at.Sub(killed))
+	default:
+	}
+	t.Logf("node %d SIGKILLed at %s and back in %s; Kafka recovered without it (fenced, out of every ISR) after %s",
+		id, killed.Format("15:04:05.000"), back.Round(10*time.Millisecond), recovered.Round(10*time.Millisecond))
+	return recovered
+}
+
+// watchFenced sends on fenced when node id is in no ISR of topics, polling
+// every 100 ms until ctx ends.
+func watchFenced(ctx context.Context, c *kafkatest.Cluster, id int, topics []string, fenced chan<- time.Time) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.MetadataMinAge(50*time.Millisecond))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	seenIn := false // the node was in some ISR after the kill began
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		td, err := adm.ListTopics(rctx, topics...)
+		cancel()
+		if err == nil && td.Error() == nil {
+			in := false
+			for _, name := range td.Names() {
+				for _, p := range td[name].Partitions {
+					in = in || slices.Contains(p.ISR, int32(id))
+				}
+			}
+			seenIn = seenIn || in
+			if seenIn && !in {
+				fenced <- time.Now()
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond): // polling interval
+		}
+	}
+}
+
+// layout says which node leads each partition of topics, which one is the
+// active controller and, exactly once, walbox's transaction coordinator:
+// what a crash of one node takes down.
+func layout(ctx context.Context, c *kafkatest.Cluster, eos bool, topics ...string) string {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, name := range td.Names() {
+		for _, p := range td[name].Partitions.Sorted() {
+			parts = append(parts, fmt.Sprintf("%s[%d]@%d isr %v", name, p.Partition, p.Leader, p.ISR))
+		}
+	}
+	ctrl, err := c.ActiveController(ctx)
+	out := fmt.Sprintf("leaders %s; controller %d (%v)", strings.Join(parts, ", "), ctrl, err)
+	if eos {
+		coord, err := c.TxnCoordinator(ctx, "walbox-walbox")
+		out += fmt.Sprintf("; transaction coordinator %d (%v)", coord, err)
+	}
+	return out
 }
 
 // checkReplication fails t unless every partition of topics has 3
