@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/walbox/walbox/heartbeat"
@@ -21,6 +23,7 @@ import (
 	"github.com/walbox/walbox/pipeline"
 	"github.com/walbox/walbox/retention"
 	"github.com/walbox/walbox/slotctl"
+	"github.com/walbox/walbox/tracing"
 )
 
 // metricRE matches the metric names the files may use: walbox's own and
@@ -54,6 +57,10 @@ func registered(t *testing.T) map[string]bool {
 	if _, err := retention.New(retention.Config{Slot: slotctl.DefaultSlot, Window: time.Hour}, cc, func() pglogrepl.LSN { return 0 }, reg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
+	// The tracer's span counters (--tracing), with the SDK's in-memory
+	// exporter instead of a collector.
+	tr := tracing.NewWithExporter(tracing.Config{}, tracetest.NewInMemoryExporter(), nil, nil, nil, reg)
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 	// walbox_build_info, registered by walbox run next to the collectors.
 	if err := version.Register(reg, version.Get()); err != nil {
 		t.Fatal(err)
