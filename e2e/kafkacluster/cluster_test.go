@@ -433,8 +433,12 @@ func crash(ctx context.Context, t *testing.T, c *kafkatest.Cluster, id int, topi
 	b := c.Node(id)
 	fenced := make(chan time.Time, 1)
 	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go watchFenced(wctx, c, id, topics, fenced)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchFenced(wctx, c, id, topics, fenced)
+	}()
+	defer func() { stop(); <-watched }()
 	if err := b.Kill(); err != nil {
 		t.Fatal(err)
 	}
