@@ -87,19 +87,45 @@ type fakeLimits struct {
 	limits map[string]int
 	err    error
 	calls  map[string]int
+	// hang, when set, makes a lookup wait until it is closed or the
+	// lookup's context ends (a broker that does not answer); hung counts
+	// the lookups that ended waiting.
+	hang chan struct{}
+	hung int
 }
 
-func (f *fakeLimits) MaxMessageBytes(_ context.Context, topic string) (int, error) {
+func (f *fakeLimits) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.calls == nil {
 		f.calls = map[string]int{}
 	}
 	f.calls[topic]++
+	hang := f.hang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		f.hung++
+		f.mu.Unlock()
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.err != nil {
 		return 0, f.err
 	}
 	return f.limits[topic], nil
+}
+
+func (f *fakeLimits) hungLookups() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hung
 }
 
 // testLoop is a relay and a session loop without a connection: the
@@ -132,6 +158,7 @@ func newTestLoop(t *testing.T, cfg Config, p *fakeProducer) *testLoop {
 	r.tracker = checkpoint.New(1)
 	tl := &testLoop{relay: r, p: p, reg: reg, log: lb}
 	tl.loop = tl.newSession()
+	t.Cleanup(r.limits.wait) // as Relay.Run does
 	return tl
 }
 

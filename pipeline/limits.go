@@ -119,6 +119,24 @@ type topicLimitCache struct {
 	lastTopic      string
 	last           topicLimit
 	fallbackLogged bool
+
+	// A lookup that failed is tried again in the background, one at a
+	// time: the topic already has its fallback, and a Kafka that does not
+	// answer (brokers frozen, a lost quorum) would otherwise hold the loop
+	// for topicLimitLookupTimeout every topicLimitRetry, acknowledgements
+	// and the replication stream included. retrying is the topic being
+	// looked up ("" when none), retried its result; the goroutine is
+	// waited for by wait (Relay.Run, before it returns).
+	retrying string
+	retried  chan limitRetry
+	retries  sync.WaitGroup
+}
+
+// limitRetry is the result of a background lookup.
+type limitRetry struct {
+	topic string
+	n     int
+	err   error
 }
 
 type topicLimit struct {
@@ -135,22 +153,44 @@ type topicLimit struct {
 // looked up again. A variable for tests.
 var topicLimitRetry = 30 * time.Second
 
+// batchLimitSource names the producer batch limit in errors and logs.
+const batchLimitSource = "the producer batch limit (--producer-batch-max-bytes, capped at the brokers' message.max.bytes)"
+
 // limitFor returns the largest record batch topic accepts, as far as
 // walbox knows: the topic's max.message.bytes when TopicLimits can say, and
 // never more than the producer's batch limit (MaxBatchBytes, which walbox
 // run caps at the brokers' message.max.bytes), which franz-go enforces
-// itself.
+// itself. A topic's first lookup is made here, before its first record; a
+// failed one is retried in the background (retryLimit) and the topic keeps
+// the batch limit until one works.
 func (l *loop) limitFor(topic string) topicLimit {
 	c := l.limits
+	if c.retrying != "" {
+		select {
+		case r := <-c.retried:
+			l.learnedLimit(r)
+		default:
+		}
+	}
 	if topic == c.lastTopic && c.last.bytes != 0 && (c.last.retryAt.IsZero() || time.Now().Before(c.last.retryAt)) {
 		return c.last
 	}
-	prev, retrying := c.byTopic[topic]
-	if retrying && (prev.retryAt.IsZero() || time.Now().Before(prev.retryAt)) {
+	prev, known := c.byTopic[topic]
+	if known && (prev.retryAt.IsZero() || time.Now().Before(prev.retryAt)) {
 		c.lastTopic, c.last = topic, prev
 		return prev
 	}
-	lim := topicLimit{bytes: l.cfg.MaxBatchBytes, source: "the producer batch limit (--producer-batch-max-bytes, capped at the brokers' message.max.bytes)"}
+	if known {
+		// A retry is due: the fallback holds meanwhile; a topic whose
+		// turn does not come now (another lookup is out) is asked at
+		// the next interval.
+		l.retryLimit(topic)
+		prev.retryAt = time.Now().Add(topicLimitRetry)
+		c.byTopic[topic] = prev
+		c.lastTopic, c.last = topic, prev
+		return prev
+	}
+	lim := topicLimit{bytes: l.cfg.MaxBatchBytes, source: batchLimitSource}
 	if l.cfg.TopicLimits != nil {
 		ctx, cancel := context.WithTimeout(l.produceCtx, topicLimitLookupTimeout)
 		n, err := l.cfg.TopicLimits.MaxMessageBytes(ctx, topic)
@@ -171,17 +211,70 @@ func (l *loop) limitFor(topic string) topicLimit {
 		case n < lim.bytes:
 			lim = topicLimit{bytes: n, source: "the topic's max.message.bytes"}
 		}
-		if err == nil && retrying {
-			l.log.Info("learned a topic's max.message.bytes after an earlier lookup failed (the topic did not exist yet, say)",
-				"topic", topic, "max_message_bytes", n, "limit_bytes", lim.bytes)
-		}
 	}
+	c.remember(topic, lim)
+	return lim
+}
+
+func (c *topicLimitCache) remember(topic string, lim topicLimit) {
 	if c.byTopic == nil || len(c.byTopic) >= maxCachedTopicLimits {
 		c.byTopic = make(map[string]topicLimit)
 	}
 	c.byTopic[topic] = lim
 	c.lastTopic, c.last = topic, lim
-	return lim
+}
+
+// retryLimit looks topic up again in the background, unless a lookup is
+// already out.
+func (l *loop) retryLimit(topic string) {
+	c := l.limits
+	if c.retrying != "" {
+		return
+	}
+	if c.retried == nil {
+		c.retried = make(chan limitRetry, 1)
+	}
+	c.retrying = topic
+	ctx, lookup := l.produceCtx, l.cfg.TopicLimits
+	c.retries.Add(1)
+	go func() {
+		defer c.retries.Done()
+		ctx, cancel := context.WithTimeout(ctx, topicLimitLookupTimeout)
+		defer cancel()
+		n, err := lookup.MaxMessageBytes(ctx, topic)
+		c.retried <- limitRetry{topic: topic, n: n, err: err}
+	}()
+}
+
+// learnedLimit takes a background lookup's result: a failed one leaves the
+// fallback to its next interval.
+func (l *loop) learnedLimit(r limitRetry) {
+	c := l.limits
+	c.retrying = ""
+	if r.err != nil {
+		return
+	}
+	lim := topicLimit{bytes: l.cfg.MaxBatchBytes, source: batchLimitSource}
+	if r.n < lim.bytes {
+		lim = topicLimit{bytes: r.n, source: "the topic's max.message.bytes"}
+	}
+	last, lastLim := c.lastTopic, c.last
+	c.remember(r.topic, lim)
+	if last != r.topic {
+		c.lastTopic, c.last = last, lastLim
+	}
+	l.log.Info("learned a topic's max.message.bytes after an earlier lookup failed (the topic did not exist yet, say)",
+		"topic", r.topic, "max_message_bytes", r.n, "limit_bytes", lim.bytes)
+}
+
+// wait waits for the background lookup, if one is out; its result is
+// dropped.
+func (c *topicLimitCache) wait() {
+	c.retries.Wait()
+	if c.retrying != "" {
+		<-c.retried
+		c.retrying = ""
+	}
 }
 
 // checkSize decides, before producing, a record Kafka would refuse as too

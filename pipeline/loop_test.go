@@ -356,15 +356,71 @@ func TestLoopChecksSizeBeforeProducing(t *testing.T) {
 		limits.mu.Lock()
 		limits.err, limits.limits = nil, map[string]int{"outbox.event.order": 1000}
 		limits.mu.Unlock()
-		if got := l.limitFor("outbox.event.order"); got.bytes != 1000 || !strings.Contains(got.source, "max.message.bytes") {
-			t.Fatalf("limit %d (%s) once the topic exists, want its max.message.bytes 1000", got.bytes, got.source)
+		// The retry is made in the background; the topic keeps the
+		// batch limit until its answer is in.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := l.limitFor("outbox.event.order")
+			if got.bytes == 1000 && strings.Contains(got.source, "max.message.bytes") {
+				break
+			}
+			if got.bytes != 100000 || time.Now().After(deadline) {
+				t.Fatalf("limit %d (%s) once the topic exists, want the batch limit until the retry answers, then its max.message.bytes 1000", got.bytes, got.source)
+			}
+			time.Sleep(time.Millisecond) // polling for the background lookup
 		}
+		calls := func() int {
+			limits.mu.Lock()
+			defer limits.mu.Unlock()
+			return limits.calls["outbox.event.order"]
+		}
+		n := calls()
 		l.limitFor("outbox.event.order")
-		if n := limits.calls["outbox.event.order"]; n != 2 {
-			t.Fatalf("looked the topic up %d times, want twice (failed, then learned; not again)", n)
+		l.relay.limits.wait()
+		if got := calls(); got != n || n < 2 {
+			t.Fatalf("looked the topic up %d times, then %d; want at least twice (failed, then learned), then not again", n, got)
 		}
 		if n := l.log.Count("learned a topic's max.message.bytes"); n != 1 {
 			t.Fatalf("learning logged %d times, want once", n)
+		}
+	})
+	// A retry that Kafka does not answer (brokers frozen) used to hold the
+	// replication loop for the lookup's 10 s timeout, every 30 s.
+	t.Run("a retry Kafka does not answer does not hold the loop", func(t *testing.T) {
+		old := topicLimitRetry
+		topicLimitRetry = 0
+		t.Cleanup(func() { topicLimitRetry = old })
+		p := &fakeProducer{}
+		limits := &fakeLimits{err: kerr.UnknownTopicOrPartition}
+		l := newTestLoop(t, Config{MaxBatchBytes: 100000, TopicLimits: limits}, p)
+		l.limitFor("outbox.event.order")
+		hang := make(chan struct{})
+		defer close(hang)
+		limits.mu.Lock()
+		limits.hang = hang
+		limits.mu.Unlock()
+		for range 3 {
+			if got := l.limitFor("outbox.event.order"); got.bytes != 100000 {
+				t.Fatalf("limit %d while the retry hangs, want the batch limit 100000", got.bytes)
+			}
+		}
+		calls := func() int {
+			limits.mu.Lock()
+			defer limits.mu.Unlock()
+			return limits.calls["outbox.event.order"]
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for calls() < 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // polling for the background lookup to begin
+		}
+		if n := calls(); n != 2 {
+			t.Fatalf("looked up %d times, want 2 (the first, and one retry out at a time)", n)
+		}
+		// limitFor returned with the lookup still waiting for Kafka:
+		// the loop did not wait for it (the old code returned only once
+		// the lookup's context had ended it).
+		if n := limits.hungLookups(); n != 0 {
+			t.Fatalf("%d lookups ended before limitFor returned, want 0: the loop waited for Kafka", n)
 		}
 	})
 }

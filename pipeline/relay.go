@@ -186,6 +186,7 @@ func (r *Relay) failureErr() error { return r.fails.failureErr() }
 func (r *Relay) Run(ctx context.Context, start pglogrepl.LSN) error {
 	r.spool.cleanup()
 	defer r.spool.close()
+	defer r.limits.wait() // a topic limit's background lookup (limits.go)
 	r.tracker = checkpoint.New(start)
 	r.delivery.run(start)
 	r.metrics.confirmedLSN.Set(float64(start))
