@@ -348,13 +348,12 @@ func (p *avroPlan) convert(v any) (reflect.Value, bool) {
 // encode appends doc's Avro body to dst, or returns false when the
 // checking path is to decide.
 func (f *avroFast) encode(dst, doc []byte) ([]byte, bool) {
-	// The reader below trusts the document's syntax.
-	if !json.Valid(doc) {
-		return dst, false
-	}
 	s := avroScan{b: doc}
 	v := reflect.New(f.root.typ)
 	if !f.root.read(&s, v.Elem()) {
+		return dst, false
+	}
+	if s.ws(); s.i != len(s.b) {
 		return dst, false
 	}
 	w := f.writers.Get().(*avro.Writer)
@@ -377,10 +376,20 @@ func (f *avroFast) encode(dst, doc []byte) ([]byte, bool) {
 	return dst, ok
 }
 
-// avroScan reads a document json.Valid accepted.
+// avroScan reads a JSON document, checking its syntax as it goes (what it
+// accepts, json.Valid accepts): every read gives up at the first byte that
+// is not what JSON allows there.
 type avroScan struct {
 	b []byte
 	i int
+}
+
+// peek is the byte at s.i, 0 at the end (a NUL is no JSON either).
+func (s *avroScan) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
 }
 
 func (s *avroScan) ws() {
@@ -394,25 +403,71 @@ func (s *avroScan) ws() {
 	}
 }
 
-// rawString reads the string at s.i and returns its bytes between the
-// quotes, and whether it is plain: no escape, every byte ASCII, so that the
-// bytes are the string's value.
-func (s *avroScan) rawString() ([]byte, bool) {
-	start := s.i + 1
-	plain := true
+// lit reads the literal word (true, false, null).
+func (s *avroScan) lit(word string) bool {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return false
+	}
+	s.i += len(word)
+	return true
+}
+
+// expect reads the byte c, after white space.
+func (s *avroScan) expect(c byte) bool {
+	s.ws()
+	if s.peek() != c {
+		return false
+	}
 	s.i++
-	for s.b[s.i] != '"' {
-		if s.b[s.i] == '\\' {
+	return true
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// rawString reads the string at s.i (its opening quote) and returns its
+// bytes between the quotes, and whether it is plain: no escape, every byte
+// ASCII, so that the bytes are the string's value. false when it is not a
+// JSON string.
+func (s *avroScan) rawString() (raw []byte, plain, ok bool) {
+	if s.peek() != '"' {
+		return nil, false, false
+	}
+	s.i++
+	start := s.i
+	plain = true
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			raw = s.b[start:s.i]
+			s.i++
+			return raw, plain, true
+		case c == '\\':
 			plain = false
 			s.i++
-		} else if s.b[s.i] >= utf8.RuneSelf {
+			switch s.peek() {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				if len(s.b)-s.i < 5 || !isHex(s.b[s.i+1]) || !isHex(s.b[s.i+2]) || !isHex(s.b[s.i+3]) || !isHex(s.b[s.i+4]) {
+					return nil, false, false
+				}
+				s.i += 5
+			default:
+				return nil, false, false
+			}
+		case c < 0x20:
+			return nil, false, false
+		case c >= utf8.RuneSelf:
 			plain = false
+			s.i++
+		default:
+			s.i++
 		}
-		s.i++
 	}
-	raw := s.b[start:s.i]
-	s.i++
-	return raw, plain
+	return nil, false, false
 }
 
 // str reads the string at s.i as encoding/json decodes it. A plain string
@@ -421,7 +476,10 @@ func (s *avroScan) rawString() ([]byte, bool) {
 // meanwhile.
 func (s *avroScan) str() (string, bool) {
 	start := s.i
-	raw, plain := s.rawString()
+	raw, plain, ok := s.rawString()
+	if !ok {
+		return "", false
+	}
 	if plain || (utf8.Valid(raw) && bytes.IndexByte(raw, '\\') < 0) {
 		if len(raw) == 0 {
 			return "", true
@@ -435,30 +493,56 @@ func (s *avroScan) str() (string, bool) {
 	return v, true
 }
 
-// number reads the number at s.i and returns its text, or false when the
-// value there is not a number.
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// number reads the JSON number at s.i and returns its text, or false when
+// there is none.
 func (s *avroScan) number() (string, bool) {
-	if c := s.b[s.i]; c != '-' && (c < '0' || c > '9') {
+	start := s.i
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case c >= '1' && c <= '9':
+		for s.i++; isDigit(s.peek()); s.i++ {
+		}
+	default:
 		return "", false
 	}
-	start := s.i
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '+', '-', '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			s.i++
-			continue
+	if s.peek() == '.' {
+		s.i++
+		if !isDigit(s.peek()) {
+			return "", false
 		}
-		break
+		for isDigit(s.peek()) {
+			s.i++
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !isDigit(s.peek()) {
+			return "", false
+		}
+		for isDigit(s.peek()) {
+			s.i++
+		}
 	}
 	return unsafe.String(&s.b[start], s.i-start), true
 }
 
-// skip moves past the value at s.i.
-func (s *avroScan) skip() {
+// skip moves past the value at s.i, checking its strings, literals and
+// numbers and that its brackets pair up in count (json.Valid checks the
+// rest of what was skipped).
+func (s *avroScan) skip() bool {
 	depth := 0
 	for {
 		s.ws()
-		switch s.b[s.i] {
+		switch s.peek() {
 		case '{', '[':
 			depth++
 			s.i++
@@ -466,19 +550,34 @@ func (s *avroScan) skip() {
 			depth--
 			s.i++
 		case ',', ':':
+			if depth == 0 {
+				return false
+			}
 			s.i++
 			continue
 		case '"':
-			s.rawString()
-		case 't', 'n':
-			s.i += 4
+			if _, _, ok := s.rawString(); !ok {
+				return false
+			}
+		case 't':
+			if !s.lit("true") {
+				return false
+			}
 		case 'f':
-			s.i += 5
+			if !s.lit("false") {
+				return false
+			}
+		case 'n':
+			if !s.lit("null") {
+				return false
+			}
 		default:
-			s.number()
+			if _, ok := s.number(); !ok {
+				return false
+			}
 		}
-		if depth == 0 {
-			return
+		if depth <= 0 {
+			return depth == 0
 		}
 	}
 }
@@ -487,22 +586,16 @@ func (s *avroScan) skip() {
 // it; false when the checking path is to decide.
 func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 	s.ws()
-	c := s.b[s.i]
+	c := s.peek()
 	switch p.kind {
 	case kNull:
-		if c != 'n' {
-			return false
-		}
-		s.i += 4
-		return true
+		return s.lit("null")
 	case kBool:
-		switch c {
-		case 't':
-			s.i += 4
+		switch {
+		case c == 't' && s.lit("true"):
 			dst.SetBool(true)
 			return true
-		case 'f':
-			s.i += 5
+		case c == 'f' && s.lit("false"):
 			dst.SetBool(false)
 			return true
 		}
@@ -534,9 +627,6 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 		dst.SetFloat(n)
 		return true
 	case kString, kEnum:
-		if c != '"' {
-			return false
-		}
 		str, ok := s.str()
 		if !ok {
 			return false
@@ -549,9 +639,6 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 		dst.SetString(str)
 		return true
 	case kBytes, kFixed:
-		if c != '"' {
-			return false
-		}
 		str, ok := s.str()
 		if !ok {
 			return false
@@ -571,14 +658,13 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 		return true
 	case kDecimal:
 		var v any
-		switch {
-		case c == '"':
+		if c == '"' {
 			str, ok := s.str()
 			if !ok {
 				return false
 			}
 			v = str
-		default:
+		} else {
 			text, ok := s.number()
 			if !ok {
 				return false
@@ -599,8 +685,7 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 		}
 		s.i++
 		dst.SetZero()
-		s.ws()
-		if s.b[s.i] == ']' {
+		if s.ws(); s.peek() == ']' {
 			s.i++
 			return true
 		}
@@ -614,10 +699,14 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 				return false
 			}
 			s.ws()
-			c := s.b[s.i]
-			s.i++
-			if c == ']' {
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
 				return true
+			default:
+				return false
 			}
 		}
 	case kMap:
@@ -626,8 +715,7 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 		}
 		s.i++
 		m := reflect.MakeMap(p.typ)
-		s.ws()
-		if s.b[s.i] == '}' {
+		if s.ws(); s.peek() == '}' {
 			s.i++
 			dst.Set(m)
 			return true
@@ -636,21 +724,20 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 		for {
 			s.ws()
 			key, ok := s.str()
-			if !ok {
-				return false
-			}
-			s.ws()
-			s.i++ // ':'
-			if !p.elem.read(s, val) {
+			if !ok || !s.expect(':') || !p.elem.read(s, val) {
 				return false
 			}
 			m.SetMapIndex(reflect.ValueOf(key), val)
 			s.ws()
-			c := s.b[s.i]
-			s.i++
-			if c == '}' {
+			switch s.peek() {
+			case ',':
+				s.i++
+			case '}':
+				s.i++
 				dst.Set(m)
 				return true
+			default:
+				return false
 			}
 		}
 	case kNullable:
@@ -658,7 +745,9 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 	case kUnion:
 		// The checking path's union rules, on this value alone.
 		start := s.i
-		s.skip()
+		if !s.skip() || !json.Valid(s.b[start:s.i]) {
+			return false
+		}
 		dec := json.NewDecoder(bytes.NewReader(s.b[start:s.i]))
 		dec.UseNumber()
 		var v any
@@ -686,7 +775,7 @@ func (p *avroPlan) read(s *avroScan, dst reflect.Value) bool {
 // readRecord reads a record: every field present or given its default, no
 // other member, no member twice.
 func (p *avroPlan) readRecord(s *avroScan, dst reflect.Value) bool {
-	if s.b[s.i] != '{' {
+	if s.peek() != '{' {
 		return false
 	}
 	s.i++
@@ -695,16 +784,15 @@ func (p *avroPlan) readRecord(s *avroScan, dst reflect.Value) bool {
 	} else {
 		dst.SetZero()
 	}
-	var seen uint64
-	s.ws()
-	if s.b[s.i] == '}' {
+	if s.ws(); s.peek() == '}' {
 		s.i++
 		return p.required == 0
 	}
+	var seen uint64
 	for {
 		s.ws()
-		key, plain := s.rawString()
-		if !plain {
+		key, plain, ok := s.rawString()
+		if !ok || !plain {
 			return false
 		}
 		i, ok := p.names[string(key)]
@@ -712,16 +800,18 @@ func (p *avroPlan) readRecord(s *avroScan, dst reflect.Value) bool {
 			return false
 		}
 		seen |= 1 << i
-		s.ws()
-		s.i++ // ':'
-		if !p.fields[i].read(s, dst.Field(i)) {
+		if !s.expect(':') || !p.fields[i].read(s, dst.Field(i)) {
 			return false
 		}
 		s.ws()
-		c := s.b[s.i]
-		s.i++
-		if c == '}' {
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
 			return seen&p.required == p.required
+		default:
+			return false
 		}
 	}
 }
@@ -730,46 +820,36 @@ func (p *avroPlan) readRecord(s *avroScan, dst reflect.Value) bool {
 // the wrapped form {"branch name": value} when the value is an object of
 // one member naming a branch; else the value of the non-null branch.
 func (p *avroPlan) readNullable(s *avroScan, dst reflect.Value) bool {
-	switch s.b[s.i] {
+	switch s.peek() {
 	case 'n':
-		s.i += 4
+		if !s.lit("null") {
+			return false
+		}
 		dst.SetZero()
 		return true
 	case '{':
 		start := s.i
 		s.i++
-		s.ws()
-		if s.b[s.i] == '"' {
-			key, plain := s.rawString()
-			if !plain {
+		if s.ws(); s.peek() == '"' {
+			key, plain, ok := s.rawString()
+			if !ok || !plain {
 				return false
 			}
-			b, pos := p.union.Types().Get(string(key))
-			s.ws()
-			s.i++ // ':'
-			valueAt := s.i
-			s.skip()
-			s.ws()
-			if s.b[s.i] == ',' {
-				// More members: not the wrapped form, unless they all
-				// repeat a branch's name (encoding/json keeps one).
-				if pos >= 0 {
-					return false
-				}
-			} else if pos >= 0 {
+			if b, pos := p.union.Types().Get(string(key)); pos >= 0 {
 				if b.Type() == avro.Null {
 					// The checking path refuses {"null": ...}.
 					return false
 				}
-				s.i = valueAt
-				if !p.readInto(s, dst) {
+				// The wrapped form if this is the only member; with
+				// more members it still is if they all repeat the name
+				// (encoding/json keeps one): left to the checking path.
+				if !s.expect(':') || !p.readInto(s, dst) {
 					return false
 				}
-				s.ws()
-				s.i++ // '}'
-				return true
+				return s.expect('}')
 			}
 		}
+		// Not the wrapped form, whatever follows.
 		s.i = start
 	}
 	return p.readInto(s, dst)

@@ -3,6 +3,7 @@ package schemareg
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
@@ -91,6 +92,9 @@ func TestAvroFastMatchesChecking(t *testing.T) {
 				}
 				doc := g.value(c.schema, 0)
 				ok, checkOK := compareFast(t, c, []byte(doc))
+				for range 3 {
+					compareFast(t, c, mangle(rng, []byte(doc)))
+				}
 				if g.broken == 0 && g.unsure == 0 {
 					valid++
 					if !checkOK {
@@ -132,6 +136,9 @@ func compareFast(t *testing.T, c *avroCodec, doc []byte) (fastOK, checkOK bool) 
 		}
 		return false, problem == ""
 	}
+	if !json.Valid(doc) {
+		t.Fatalf("%q: the fast path encoded a payload that is not JSON", doc)
+	}
 	if problem != "" {
 		t.Fatalf("%s: the fast path encoded a payload the checking path refuses (%s: %s)", doc, path, problem)
 	}
@@ -150,6 +157,34 @@ func compareFast(t *testing.T, c *avroCodec, doc []byte) (fastOK, checkOK bool) 
 		t.Fatalf("%s: the paths encode differently:\nfast  %x %#v\ncheck %x %#v", doc, fastOut, fv, checkOut, cv)
 	}
 	return true, true
+}
+
+// mangle returns doc with its JSON syntax likely broken: cut short, a
+// byte replaced, inserted or removed, or something appended.
+func mangle(rng *rand.Rand, doc []byte) []byte {
+	out := bytes.Clone(doc)
+	at := rng.IntN(len(out) + 1)
+	odd := []byte(",:{}[]\"\\ \x00\x01\x1f\x7f\xff0-.eEtfnu+")
+	c := odd[rng.IntN(len(odd))]
+	switch rng.IntN(6) {
+	case 0:
+		return out[:at]
+	case 1:
+		if at < len(out) {
+			out[at] = c
+		}
+		return out
+	case 2:
+		return append(out[:at], append([]byte{c}, doc[at:]...)...)
+	case 3:
+		if at < len(out) {
+			return append(out[:at], doc[at+1:]...)
+		}
+		return out
+	case 4:
+		return append(out, []string{" ]", " }", ",", " {}", "x", " \"\""}[rng.IntN(6)]...)
+	}
+	return append([]byte(" \ufeff"), out...)
 }
 
 // FuzzAvroFast: for any payload, against each schema, the fast path
