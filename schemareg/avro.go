@@ -34,6 +34,8 @@ type avroCodec struct {
 	// defaults holds each record field's default, converted once when the
 	// schema is compiled (read-only after).
 	defaults map[*avro.Field]any
+	// fast is the fast path (avrofast.go), nil when the schema has none.
+	fast *avroFast
 }
 
 func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
@@ -50,6 +52,9 @@ func newAvroCodec(text string, refs []reference) (*avroCodec, error) {
 	c := &avroCodec{schema: s, defaults: map[*avro.Field]any{}}
 	if err := c.collectDefaults(s, map[avro.Schema]bool{}); err != nil {
 		return nil, err
+	}
+	if fast, err := newAvroFast(s, c.defaults); err == nil {
+		c.fast = fast
 	}
 	return c, nil
 }
@@ -93,6 +98,17 @@ func (c *avroCodec) collectDefaults(s avro.Schema, seen map[avro.Schema]bool) er
 }
 
 func (c *avroCodec) encode(dst, doc []byte) ([]byte, string, string) {
+	if c.fast != nil {
+		if out, ok := c.fast.encode(dst, doc); ok {
+			return out, "", ""
+		}
+	}
+	return c.check(dst, doc)
+}
+
+// check is the checking path: it encodes doc, or says what is wrong with
+// it (the fast path leaves every payload it does not take to it).
+func (c *avroCodec) check(dst, doc []byte) ([]byte, string, string) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var v any

@@ -24,6 +24,8 @@ func BenchmarkEncode(b *testing.B) {
 		doc    string
 	}{
 		{"avro", FormatAvro, sr.TypeAvro, orderAvro, benchDoc},
+		// walbox-bench's payload and schema (bench/load.go, bench/avro.go).
+		{"avro bench payload", FormatAvro, sr.TypeAvro, benchAvro, benchPayload},
 		{"json-schema", FormatJSONSchema, sr.TypeJSON, `{"type": "object", "properties": {"id": {"type": "integer"}, "lines": {"type": "array"}}, "required": ["id"]}`, benchDoc},
 		{"protobuf", FormatProtobuf, sr.TypeProtobuf, orderProto, `{"id": "7", "status": "PAID", "lines": [{"sku": "s-1", "n": 1}, {"sku": "s-2", "n": 3}]}`},
 	} {
