@@ -16,10 +16,15 @@ package pipeline_test
 // themselves, so their figures stay comparable from run to run.
 
 import (
+	"os"
 	"testing"
 
 	"github.com/walbox/walbox/internal/fulltest"
 )
+
+// TestMain lets 4 of those tests run at a time in the short run, not
+// GOMAXPROCS (2 on two cores): they mostly wait.
+func TestMain(m *testing.M) { os.Exit(fulltest.Main(m, 4)) }
 
 // parallel marks t parallel in the short run (see above).
 func parallel(t *testing.T) {
