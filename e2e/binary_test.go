@@ -9,14 +9,12 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/childproc"
-	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/walboxbin"
 )
 
 func TestMain(m *testing.M) {
-	// 4 of the waiting tests at a time in the short run (parallel_test.go).
-	code := fulltest.Main(m, 4)
+	code := m.Run()
 	walboxbin.Cleanup()
 	os.Exit(code)
 }
