@@ -374,8 +374,18 @@ func (c *cutover) waitLog(t *testing.T, p *proc, sub string) {
 func (c *cutover) waitAll(t *testing.T, final bool) outboxtest.Report {
 	t.Helper()
 	written := c.w.events(t)
-	waitUntil(c.ctx, t, 3*time.Minute, fmt.Sprintf("%d events to be delivered", len(written)), func() bool {
-		return c.col.distinct() >= len(written)
+	// Every written event, by its id: while the writer goes on, a count of
+	// distinct ids reaches len(written) with later events too, some
+	// written ones still on their way on a slower partition.
+	missing := make(map[string]bool, len(written))
+	for _, e := range written {
+		missing[e.ID] = true
+	}
+	waitUntil(c.ctx, t, 3*time.Minute, fmt.Sprintf("the %d events written so far to be delivered", len(written)), func() bool {
+		for _, r := range c.col.snapshot() {
+			delete(missing, r.Headers["event_id"])
+		}
+		return len(missing) == 0
 	})
 	got := c.col.snapshot()
 	rep := outboxtest.CheckPrefix(written, got, c.prefix+".")

@@ -42,6 +42,7 @@ func depositEach(ctx context.Context, tx pgx.Tx, _ *kgo.Record) error { return d
 // backend's own counters from pg_stat_get_backend_subxact (subxact_count 0,
 // not overflowed; the old code reached 64, overflowed).
 func TestWholePollTakesNoSubtransactions(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
 		srv := pgtest.Start(t, pgtest.WithBinDir(v.BinDir))
 		for _, mode := range []string{"Handle per record", "HandleBatch"} {

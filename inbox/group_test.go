@@ -23,6 +23,7 @@ import (
 // partition, re-reads what A had not committed and applies every event
 // exactly once, duplicates in the topic (at-least-once walbox) included.
 func TestGroupRebalance(t *testing.T) {
+	parallel(t)
 	const topic, partitions, events, dups = "outbox.event.account", 4, 400, 60
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic))
 	if err != nil {

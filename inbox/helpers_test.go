@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walbox/walbox/inbox"
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/pgtest"
 )
 
@@ -27,6 +28,17 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// parallel marks t parallel in the short run: the two longest tests (a
+// consumer group's rebalance, every PostgreSQL version's subtransaction
+// count) mostly wait, and share nothing with the others but the server's
+// cluster (each its own database or server). The full run keeps them serial.
+func parallel(t *testing.T) {
+	t.Helper()
+	if !fulltest.Enabled() {
+		t.Parallel()
+	}
 }
 
 // env is one test's database with the inbox migrated and an account table

@@ -150,6 +150,7 @@ func TestRelayCountsOnlyDeliveredEventsAsErased(t *testing.T) {
 // again: read_committed consumers saw a1 a2 n1 n2 n1 n2 n3. Now positions
 // are compared within a history only.
 func TestExactlyOnceStandbyPairAcrossALossyFailover(t *testing.T) {
+	parallel(t)
 	v := failoverVersions(t)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -257,6 +257,7 @@ func testSiblingTimelines(t *testing.T, v pgtest.Version, eos bool) {
 // reconnecting, and streams on once the connection reaches the primary
 // again, losing nothing.
 func TestRelayIsNotMisledByAHotStandby(t *testing.T) {
+	parallel(t)
 	v := failoverVersions(t)[0]
 	// Exactly once in the full run only (about 5.5 s each).
 	for _, eos := range fulltest.Pick([]bool{false}, []bool{false, true}) {

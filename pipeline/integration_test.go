@@ -161,6 +161,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 }
 
 func TestRelayDeliversEveryEventInOrderAndConfirmsTheSlot(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
 		testDelivery(t, pgtest.WithBinDir(v.BinDir))
 	})
@@ -351,6 +352,7 @@ func TestRelayStopsOnInvalidRow(t *testing.T) {
 // from what Kafka acknowledged, and the dedup window keeps it from
 // producing again what Kafka already has.
 func TestRelayResumesAfterPostgresCrash(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, 200*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -7,7 +7,8 @@ package pipeline_test
 // failover, a retry interval, a consumer to see every event. The longest
 // tests that share nothing (each starts its own PostgreSQL, Kafka broker or
 // kfake cluster, registry and spool directory) and assert no duration run
-// `go test`'s -parallel at a time, after the package's other tests. Tests
+// 4 at a time (TestMain; an explicit -parallel wins), after the package's
+// other tests: 23 of them, about 100 s of waiting. Tests
 // whose point is a timing (the heartbeat's, a 1M-row transaction under
 // wal_sender_timeout = 4s) stay serial, and so do the streaming suites.
 //
@@ -16,10 +17,16 @@ package pipeline_test
 // themselves, so their figures stay comparable from run to run.
 
 import (
+	"os"
 	"testing"
 
 	"github.com/walbox/walbox/internal/fulltest"
 )
+
+// TestMain lets 4 of those tests run at a time in the short run, not
+// GOMAXPROCS (2 on two cores): they mostly wait, and this package's run is
+// the last of the short run to end.
+func TestMain(m *testing.M) { os.Exit(fulltest.Main(m, 4)) }
 
 // parallel marks t parallel in the short run (see above).
 func parallel(t *testing.T) {

@@ -111,6 +111,7 @@ const outboxSharedIDs = `CREATE TABLE public.outbox (
 // set is now keyed on (commit LSN, position in the transaction) and bounded
 // by commit LSNs, so a transaction never received is never skipped.
 func TestRelayReplayKeepsRowsSharingAnEventID(t *testing.T) {
+	parallel(t)
 	e := startEnvDDL(t, outboxSharedIDs, 200*time.Millisecond, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -132,6 +132,7 @@ func TestRelayRetriesFastWhileThePrimaryIsDown(t *testing.T) {
 //
 // How it broke: one warning per attempt, about 1,600 lines in 10 minutes.
 func TestRelayAgainstAStandbyLogsOnce(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	primary := pgtest.Start(t)

@@ -23,6 +23,7 @@ import (
 // delivered and nothing said so. Now the session reports the range, on the
 // metric and on what /readyz reads.
 func TestSlotMovedAheadIsReported(t *testing.T) {
+	parallel(t)
 	// A reconnect delay of 1 to 2 s leaves the test time to move the slot
 	// while walbox is away; the loop below copes with a faster walbox.
 	e := startEnvWith(t, 100*time.Millisecond, func(c *pipeline.Config) { c.BackoffMin, c.BackoffMax = 2*time.Second, 4*time.Second })
@@ -79,6 +80,7 @@ func TestSlotMovedAheadIsReported(t *testing.T) {
 // stops, A streams again from a slot ahead of its own position. B
 // delivered that range: nothing is reported.
 func TestStandbyPeerAheadIsNotReported(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, 100*time.Millisecond, func(c *pipeline.Config) {
 		c.Standby, c.StandbyRetry = true, 200*time.Millisecond
 		c.BackoffMin, c.BackoffMax = 2*time.Second, 4*time.Second

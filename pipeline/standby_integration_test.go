@@ -30,6 +30,7 @@ import (
 // checks pg_replication_slots.active first and opens a walsender only once
 // the slot is free, then takes over.
 func TestStandbyPollsWithoutAWalsender(t *testing.T) {
+	parallel(t)
 	e := startEnv(t, 200*time.Millisecond)
 	waitFor(t, 30*time.Second, "the active relay to stream", e.relay.Streaming)
 

@@ -25,6 +25,7 @@ import (
 // consumer sees walbox's span in its traceparent. The unsampled row and
 // the row without a context get no span and go out as written.
 func TestTracingRowContextBecomesParent(t *testing.T) {
+	parallel(t)
 	const (
 		rowTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
 		rowSpan   = "00f067aa0ba902b7"

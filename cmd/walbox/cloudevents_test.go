@@ -12,6 +12,7 @@ import (
 // headers to each record, and structured sends the JSON event format, with
 // the commit time as ce_time.
 func TestRunCloudEvents(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t)
 	cfg := e.cfg
 	cfg.KafkaBrokers = e.brokers

@@ -11,6 +11,7 @@ import (
 // raw payload through StringConverter), not walbox's own form. Before, a
 // replay with --debezium-config silently used walbox's router.
 func TestReplayDebeziumMode(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t)
 	e.insert(t, "order", 2, 1, 2, 3)
 	props := filepath.Join(t.TempDir(), "connector.properties")

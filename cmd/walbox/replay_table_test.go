@@ -106,6 +106,7 @@ func header(r *kgo.Record, key string) string {
 // --where or id is refused naming the option and the server's error; the
 // transaction is read only.
 func TestReplayFromTable(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t)
 	// Committed out of id order: C's ids first, then A, then B.
 	e.insert(t, "order", 2, 9, 10, 11, 12)
@@ -228,6 +229,7 @@ func TestReplayFromTable(t *testing.T) {
 // reverse id order, are sent in id order across the 1,000-row FETCH
 // batches, each once.
 func TestReplayFromTableBatches(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t)
 	e.exec(t, `INSERT INTO public.outbox (id, aggregate_type, aggregate_id, event_type, payload)
 SELECT ('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid, 'order', 'order-1', 'order.updated', jsonb_build_object('n', n)
@@ -261,6 +263,7 @@ func containsLine(out string, f ...string) bool {
 // (here: the topic does not exist and is not created automatically) fails
 // the replay (exit 1) naming the event, the topic and the fix.
 func TestReplayFromTableKafkaRefuses(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t, kfake.SeedTopics(3, "exists.order"))
 	e.insert(t, "order", 1, 1, 2)
 	e.insert(t, "customer", 1, 3)

@@ -33,6 +33,7 @@ const orderAvro = `{"type": "record", "name": "Order", "namespace": "shop", "fie
 // the schema is dead-lettered with the field path, or under the fail policy
 // stops walbox naming the row, its LSN and the field path.
 func TestRunAvro(t *testing.T) {
+	parallel(t)
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
 	runAvro(t, reg.URL())
@@ -179,6 +180,7 @@ func consumeNew(t *testing.T, brokers []string, re string, n int) []*kgo.Record 
 // registry that refuses walbox's credentials (401) stops it, naming the
 // subject and the fix.
 func TestRunAvroRegistryFaults(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t)
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
@@ -333,6 +335,7 @@ func TestRunPreEncoded(t *testing.T) {
 // distinct shape, sends the record with its id, and dead-letters a payload
 // Debezium's expansion fails on (a mixed-type array) with the reason.
 func TestRunAvroInferred(t *testing.T) {
+	parallel(t)
 	reg := srfake.New()
 	t.Cleanup(reg.Close)
 	var registrations atomic.Int64

@@ -103,6 +103,7 @@ func metricLine(body, name string) string {
 // /healthz 200) for as long as the first streams, well past
 // --slot-busy-timeout, and takes over when the first stops.
 func TestRunStandby(t *testing.T) {
+	parallel(t)
 	e := newTableEnv(t)
 	cfg := e.cfg
 	cfg.KafkaBrokers = e.brokers
@@ -186,6 +187,7 @@ func TestRunSlotBusyTimeoutWithoutStandby(t *testing.T) {
 // here) passes without a reply, and the standby takes over within that
 // plus its retry interval (1s).
 func TestRunStandbySilentLoss(t *testing.T) {
+	parallel(t)
 	const walSenderTimeout = 3 * time.Second
 	srv := pgtest.Start(t, func(o *pgtest.Options) {
 		o.Settings = map[string]string{"wal_sender_timeout": "3s"}

@@ -19,6 +19,7 @@ import (
 // snapshot's rows (issue 17, item 8). Now it waits for the lock and then
 // sees what the takeover left.
 func TestPlainRunWaitsForTakeover(t *testing.T) {
+	parallel(t)
 	e := newSetupEnv(t)
 	if _, err := e.setup(t); err != nil {
 		t.Fatalf("first start: %v", err)

@@ -12,6 +12,7 @@
 package fulltest
 
 import (
+	"flag"
 	"os"
 	"strconv"
 	"testing"
@@ -45,4 +46,29 @@ func Pick[T any](short, full T) T {
 		return full
 	}
 	return short
+}
+
+// Main runs m, a test binary whose waiting tests mark themselves parallel
+// in the short run, with up to n of them at a time there instead of `go
+// test`'s default -parallel (GOMAXPROCS, 2 on a two-core machine): those
+// tests mostly wait (for servers, restarts, consumers), not compute, so
+// more of them at once shorten the package's run without asking for CPU
+// the machine lacks. An explicit -parallel wins, and the full run is left
+// alone (its long suites run serially). TestMain calls it:
+//
+//	func TestMain(m *testing.M) { os.Exit(fulltest.Main(m, 4)) }
+func Main(m *testing.M, n int) int {
+	flag.Parse()
+	if !Enabled() && !flagSet("test.parallel") {
+		if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+			panic("fulltest: -test.parallel: " + err.Error())
+		}
+	}
+	return m.Run()
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
