@@ -92,6 +92,8 @@ type fakeLimits struct {
 	// the lookups that ended waiting.
 	hang chan struct{}
 	hung int
+	// hungErr is why the last hung lookup ended (nil: released).
+	hungErr error
 }
 
 func (f *fakeLimits) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
@@ -109,6 +111,7 @@ func (f *fakeLimits) MaxMessageBytes(ctx context.Context, topic string) (int, er
 		}
 		f.mu.Lock()
 		f.hung++
+		f.hungErr = ctx.Err()
 		f.mu.Unlock()
 		if ctx.Err() != nil {
 			return 0, ctx.Err()

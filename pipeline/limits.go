@@ -125,11 +125,13 @@ type topicLimitCache struct {
 	// answer (brokers frozen, a lost quorum) would otherwise hold the loop
 	// for topicLimitLookupTimeout every topicLimitRetry, acknowledgements
 	// and the replication stream included. retrying is the topic being
-	// looked up ("" when none), retried its result; the goroutine is
-	// waited for by wait (Relay.Run, before it returns).
+	// looked up ("" when none), retried its result (the goroutine's last
+	// act, so receiving it is waiting for the goroutine) and cancel ends
+	// it early: wait (Relay.Run, before it returns) does not let a Kafka
+	// that does not answer hold up the stop.
 	retrying string
 	retried  chan limitRetry
-	retries  sync.WaitGroup
+	cancel   context.CancelFunc
 }
 
 // limitRetry is the result of a background lookup.
@@ -235,12 +237,10 @@ func (l *loop) retryLimit(topic string) {
 		c.retried = make(chan limitRetry, 1)
 	}
 	c.retrying = topic
-	ctx, lookup := l.produceCtx, l.cfg.TopicLimits
-	c.retries.Add(1)
+	ctx, cancel := context.WithTimeout(l.produceCtx, topicLimitLookupTimeout)
+	c.cancel = cancel
+	lookup := l.cfg.TopicLimits
 	go func() {
-		defer c.retries.Done()
-		ctx, cancel := context.WithTimeout(ctx, topicLimitLookupTimeout)
-		defer cancel()
 		n, err := lookup.MaxMessageBytes(ctx, topic)
 		c.retried <- limitRetry{topic: topic, n: n, err: err}
 	}()
@@ -251,6 +251,7 @@ func (l *loop) retryLimit(topic string) {
 func (l *loop) learnedLimit(r limitRetry) {
 	c := l.limits
 	c.retrying = ""
+	c.cancel()
 	if r.err != nil {
 		return
 	}
@@ -267,11 +268,11 @@ func (l *loop) learnedLimit(r limitRetry) {
 		"topic", r.topic, "max_message_bytes", r.n, "limit_bytes", lim.bytes)
 }
 
-// wait waits for the background lookup, if one is out; its result is
-// dropped.
+// wait ends the background lookup, if one is out, and waits for it; its
+// result is dropped.
 func (c *topicLimitCache) wait() {
-	c.retries.Wait()
 	if c.retrying != "" {
+		c.cancel()
 		<-c.retried
 		c.retrying = ""
 	}

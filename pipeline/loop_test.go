@@ -422,6 +422,15 @@ func TestLoopChecksSizeBeforeProducing(t *testing.T) {
 		if n := limits.hungLookups(); n != 0 {
 			t.Fatalf("%d lookups ended before limitFor returned, want 0: the loop waited for Kafka", n)
 		}
+		// At stop (Relay.Run's end) the lookup is cancelled, not
+		// waited out to its timeout.
+		l.relay.limits.wait()
+		limits.mu.Lock()
+		hung, why := limits.hung, limits.hungErr
+		limits.mu.Unlock()
+		if hung != 1 || !errors.Is(why, context.Canceled) {
+			t.Fatalf("after the stop: %d hung lookups ended, the last by %v; want 1, cancelled", hung, why)
+		}
 	})
 }
 
