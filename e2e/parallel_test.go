@@ -25,9 +25,4 @@ import (
 )
 
 // parallel marks t parallel in the short run (see above).
-func parallel(t *testing.T) {
-	t.Helper()
-	if !fulltest.Enabled() {
-		t.Parallel()
-	}
-}
+func parallel(t *testing.T) { fulltest.Parallel(t) }

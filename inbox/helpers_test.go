@@ -34,12 +34,7 @@ func TestMain(m *testing.M) {
 // consumer group's rebalance, every PostgreSQL version's subtransaction
 // count) mostly wait, and share nothing with the others but the server's
 // cluster (each its own database or server). The full run keeps them serial.
-func parallel(t *testing.T) {
-	t.Helper()
-	if !fulltest.Enabled() {
-		t.Parallel()
-	}
-}
+func parallel(t *testing.T) { fulltest.Parallel(t) }
 
 // env is one test's database with the inbox migrated and an account table
 // whose balance the handlers change.

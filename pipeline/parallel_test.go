@@ -29,9 +29,4 @@ import (
 func TestMain(m *testing.M) { os.Exit(fulltest.Main(m, 4)) }
 
 // parallel marks t parallel in the short run (see above).
-func parallel(t *testing.T) {
-	t.Helper()
-	if !fulltest.Enabled() {
-		t.Parallel()
-	}
-}
+func parallel(t *testing.T) { fulltest.Parallel(t) }

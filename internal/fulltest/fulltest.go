@@ -48,6 +48,15 @@ func Pick[T any](short, full T) T {
 	return short
 }
 
+// Parallel marks t parallel in the short run only, where a package's
+// waiting tests run side by side (Main sets how many); the full run's long
+// suites keep the machine to themselves.
+func Parallel(t *testing.T) {
+	if !Enabled() {
+		t.Parallel()
+	}
+}
+
 // Main runs m, a test binary whose waiting tests mark themselves parallel
 // in the short run, with up to n of them at a time there instead of `go
 // test`'s default -parallel (GOMAXPROCS, 2 on a two-core machine): those
