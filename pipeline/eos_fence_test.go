@@ -18,6 +18,7 @@ import (
 // first tick, take its "fenced" for a new fence, and stop again, though its
 // own fresh producer id had fenced the other instance.
 func TestEOSStandByAfterFenceDropsTheFencedCommit(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, Standby: true}
 	first := newEOSLoop(t, c, cfg, 1)

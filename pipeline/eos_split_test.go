@@ -48,6 +48,7 @@ func seq(prefix string, from, to int) []string {
 // Commit, and one that took longer than the transaction timeout to
 // produce was aborted on every attempt.
 func TestEOSSplitsALargePostgresTransaction(t *testing.T) {
+	parallel(t)
 	for _, restart := range []string{"process dies", "session ends"} {
 		t.Run(restart, func(t *testing.T) {
 			c := eosCluster(t)
@@ -125,6 +126,7 @@ func TestEOSSplitsALargePostgresTransaction(t *testing.T) {
 // It used to stay in one Kafka transaction, which the broker aborted for
 // its age, on every attempt.
 func TestEOSSplitsByAge(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	const timeout = time.Second
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: timeout}, 1)
@@ -161,6 +163,7 @@ func TestEOSSplitsByAge(t *testing.T) {
 // split aborts only the open part; the retry skips the committed prefix,
 // dead-letters the refused record and produces the rest.
 func TestEOSSplitKeepsDivertedKeysOfTheRest(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionSplitRecords: 2, DeadLetterTopic: "dlq"}
 	el := newEOSLoop(t, c, cfg, 1)
@@ -301,6 +304,7 @@ func TestResumeSplit(t *testing.T) {
 // Kafka transaction open until the broker aborted it, on every session
 // after the restart too: nothing was ever committed.
 func TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	const timeout = 800 * time.Millisecond
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: timeout}, 1)
@@ -344,6 +348,7 @@ func (el *eosLoop) wakeAtOrSoon() time.Time {
 // past the first) produced the first transaction's rows again, duplicates
 // in read_committed.
 func TestEOSSplitAfterASplitTransactionEnded(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionSplitRecords: 3}
 	first := newEOSLoop(t, c, cfg, 1)
@@ -391,6 +396,7 @@ func TestEOSSplitAfterASplitTransactionEnded(t *testing.T) {
 // (walbox_heartbeat), which the loop observes before counting anything;
 // docs/delivery.md said "of any prefix".
 func TestEOSSplitCountLeavesOutHeartbeats(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionSplitRecords: 3}, 1)
 	el.wal(t, pgRelation(outboxRel, "public", "outbox"))

@@ -198,6 +198,7 @@ func readCommitted(t *testing.T, c *kfake.Cluster, topics ...string) []string {
 }
 
 func TestEOSBatchesWholePostgresTransactions(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 3, TransactionMaxInterval: time.Hour}, 1)
 	must := func(err error) {
@@ -253,6 +254,7 @@ func TestEOSBatchesWholePostgresTransactions(t *testing.T) {
 // lags (a crash between commit and confirm); the next instance skips what
 // the state topic shows committed.
 func TestEOSSkipsWhatKafkaCommittedOnRestart(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
 	first := newEOSLoop(t, c, cfg, 1)
@@ -291,6 +293,7 @@ func TestEOSSkipsWhatKafkaCommittedOnRestart(t *testing.T) {
 // transaction; read_committed sees none of it, the slot is not confirmed
 // past it, and the next session produces it again.
 func TestEOSAbortLeavesNothingVisible(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 3, TransactionMaxInterval: time.Hour}, 1)
 	if err := el.txn(t, 0x1000, "a1"); err != nil {
@@ -360,6 +363,7 @@ func TestEOSAbortLeavesNothingVisible(t *testing.T) {
 // what it is aborts the transaction; with a dead-letter topic the retry
 // sends it there instead, so the retry cannot loop.
 func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq"}, 1)
 	td, err := kadm.NewClient(el.cl).ListTopics(context.Background(), eosTopic)
@@ -411,6 +415,7 @@ func TestEOSRefusedRecordIsDeadLetteredOnRetry(t *testing.T) {
 // same transactional id fences the first; the first's commit fails, it
 // stops with an error naming the id, and it confirms nothing afterwards.
 func TestEOSFencedInstanceStopsAndNeverConfirms(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour}
 	first := newEOSLoop(t, c, cfg, 1)
@@ -447,6 +452,7 @@ func TestEOSFencedInstanceStopsAndNeverConfirms(t *testing.T) {
 // and go into the next transaction once the commit returned, in order, and
 // the slot is confirmed only to what the first commit covered.
 func TestEOSQueuesWhileCommitting(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	release := make(chan struct{})
 	frozen := make(chan struct{}, 1)
@@ -556,6 +562,7 @@ func TestKafkaStateLastReadsBackwards(t *testing.T) {
 // same, the successor's producer id load aborts it). Nothing of it becomes
 // visible; the next session produces it again, once.
 func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 100, TransactionMaxInterval: time.Hour}, 1)
 	if err := el.txn(t, 0x1000, "a1", "a2"); err != nil {
@@ -596,6 +603,7 @@ func TestEOSLostConnectionAbortsTheOpenTransaction(t *testing.T) {
 // next transaction is committed. The restart must produce that transaction:
 // it used to be skipped, as its commit LSN was "<=" the stored position.
 func TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq", MessagePrefix: "outbox"}
 	first := newEOSLoop(t, c, cfg, 1)
@@ -629,6 +637,7 @@ func TestEOSDeadLetteredMessageDoesNotCoverTheNextTransaction(t *testing.T) {
 // A's first commit failed "fenced" and B's open transaction blocked
 // read_committed consumers until the transaction timeout.
 func TestEOSRegainedSlotLoadsAFreshProducerID(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
 	a := newEOSLoop(t, c, cfg, 1)
@@ -691,6 +700,7 @@ func TestEOSFencedErrorIsNotDoubled(t *testing.T) {
 // A's next session (or its successor after a restart) read an older
 // position of its own and produced A and B's rows again.
 func TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour}
 	a := newEOSLoop(t, c, cfg, 1) // creates the state topic
@@ -750,6 +760,7 @@ func TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction(t *testing.T
 // started"); it must restart the session from the committed position and
 // deliver the transaction then.
 func TestEOSTransactionTimeoutRestartsTheSession(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: 300 * time.Millisecond}, 1)
 	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {
@@ -810,6 +821,7 @@ func TestCheckTransactionTimeout(t *testing.T) {
 // non-transactional message the state topic shows committed is skipped on
 // the replay; it used to be skipped silently, with no metric or log.
 func TestEOSSkippedNonTransactionalMessageIsCounted(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	cfg := Config{TransactionMaxRecords: 1, TransactionMaxInterval: time.Hour, DeadLetterTopic: "dlq", MessagePrefix: "outbox"}
 	first := newEOSLoop(t, c, cfg, 1)

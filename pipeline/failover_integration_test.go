@@ -553,6 +553,7 @@ func TestRelayFollowsTwoFailoversInARow(t *testing.T) {
 // heartbeat monitor now says so, in its log and in
 // walbox_slot_waiting_for_standby, and clears both once the standby is back.
 func TestHeartbeatShowsAPrimaryWaitingForItsStandby(t *testing.T) {
+	parallel(t)
 	v := failoverVersions(t)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

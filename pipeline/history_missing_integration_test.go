@@ -72,6 +72,7 @@ func promotedWithoutHistory(t *testing.T, ctx context.Context) (*pgtest.Server, 
 // file to restore; it used to say nothing. Exactly-once stops with the same
 // hint (it used to give the server's error alone).
 func TestUnreadableTimelineHistory(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, conn := promotedWithoutHistory(t, ctx)

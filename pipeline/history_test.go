@@ -95,6 +95,7 @@ func TestResumeFrom(t *testing.T) {
 // recorded the history (its JSON has only the slot and the LSNs) is still
 // trusted, with a warning; the next commit records the history.
 func TestEOSReadsAnOlderWalboxsStateOnce(t *testing.T) {
+	parallel(t)
 	c := eosCluster(t)
 	ctx := context.Background()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(TransactionalIDFor("walbox")))

@@ -252,6 +252,7 @@ func testDelivery(t *testing.T, opts ...func(*pgtest.Options)) {
 // TestRelayAdvancesIdleSlot: a busy database whose outbox is idle must not
 // make the slot retain WAL without bound.
 func TestRelayAdvancesIdleSlot(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
 		testIdleSlot(t, pgtest.WithBinDir(v.BinDir))
 	})
@@ -417,6 +418,7 @@ func TestRelayResumesAfterPostgresCrash(t *testing.T) {
 // are routed like rows, in commit order with the rows, and the slot is
 // confirmed past them.
 func TestRelayRoutesOutboxMessages(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) { c.MessagePrefix = "outbox" })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -113,6 +113,7 @@ func hostPort(dsn string) string {
 // saw 165-203 duplicates in about one run of six under load). Writers keep
 // the walsender sending while each of several relays stops.
 func TestRelayGracefulStopLeavesSlotAtFinalPosition(t *testing.T) {
+	parallel(t)
 	ctx, cancelAll := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancelAll()
 	e := newSlotEnv(t)

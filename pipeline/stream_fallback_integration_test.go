@@ -54,6 +54,7 @@ func ambiguousTx(t *testing.T, ctx context.Context, conn *pgx.Conn, gen *outboxt
 // 45 s, none streamed). Traffic keeps coming meanwhile; it must not keep
 // the fallback on either.
 func TestStreamingFallbackEndsWithTheTransaction(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name string
 		end  func(ctx context.Context, tx pgx.Tx, gen *outboxtest.Generator) error
@@ -184,6 +185,7 @@ func waitMetric(t *testing.T, ctx context.Context, e *env, name string, want flo
 // events delivered, the server decoding and streaming the transaction again
 // on every cycle.
 func TestStreamingSpoolFaultFallsBackToProtocol1(t *testing.T) {
+	parallel(t)
 	for _, tc := range []struct {
 		name string
 		dir  func(t *testing.T) string
@@ -263,6 +265,7 @@ func TestStreamingSpoolFaultFallsBackToProtocol1(t *testing.T) {
 // attribute. Each used to end the replay with an error (the last asking for
 // --streaming=false). Every event of the range is replayed, once.
 func TestReplaySpoolFaultsFallBackToProtocol1(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t, smallWorkMem)

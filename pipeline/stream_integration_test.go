@@ -62,6 +62,7 @@ func copyEvents(ctx context.Context, tx pgx.Tx, events []outboxtest.Event) error
 // nothing spills, the server streams instead, and every event arrives once,
 // in order.
 func TestStreamingNoServerSpill(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
 		for _, streaming := range []bool{false, true} {
 			t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
@@ -154,6 +155,7 @@ func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // whole sends nothing; two streamed transactions open at once arrive whole,
 // in commit order (the one that committed first first).
 func TestStreamingAborts(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) { testStreamingAborts(t, pgtest.WithBinDir(v.BinDir)) })
 }
 
@@ -291,6 +293,7 @@ func testStreamingAborts(t *testing.T, opts ...func(*pgtest.Options)) {
 // streamed in part, and after the reconnect (the server streams it again
 // from its start) every row arrives once.
 func TestStreamingNothingBeforeCommitAndDroppedConnection(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) { testStreamingDroppedConnection(t, pgtest.WithBinDir(v.BinDir)) })
 }
 
@@ -357,6 +360,7 @@ func testStreamingDroppedConnection(t *testing.T, opts ...func(*pgtest.Options))
 // TestStreamingExactlyOnce: a streamed transaction in exactly-once mode
 // (kfake) arrives once for a read_committed consumer, after its commit.
 func TestStreamingExactlyOnce(t *testing.T) {
+	parallel(t)
 	srv := pgtest.Start(t, smallWorkMem)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -417,6 +421,7 @@ func TestStreamingExactlyOnce(t *testing.T) {
 // sends the event (measured and logged, not asserted: it depends on disk
 // and load).
 func TestStreamingForeignBulkUpdateNoStall(t *testing.T) {
+	parallel(t)
 	fulltest.Require(t, "a 1M-row UPDATE with the server's default logical_decoding_work_mem, twice")
 	for _, streaming := range []bool{false, true} {
 		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
@@ -490,6 +495,7 @@ func TestStreamingForeignBulkUpdateNoStall(t *testing.T) {
 // transaction is handed on after its commit, as it does for an ordinary
 // transaction, and the slot is not confirmed past it.
 func TestStreamingOutboxUpdatePolicy(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e := startEnvWith(t, 50*time.Millisecond, func(c *pipeline.Config) {
@@ -545,6 +551,7 @@ func TestStreamingOutboxUpdatePolicy(t *testing.T) {
 // of it is in the spool when the COMMIT comes. Every row arrives, in order;
 // the time from COMMIT to the last event is logged for both.
 func TestStreamingLargeOutboxTransaction(t *testing.T) {
+	parallel(t)
 	fulltest.Require(t, "a 500,000-row transaction with the server's default logical_decoding_work_mem, twice")
 	for _, streaming := range []bool{false, true} {
 		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
@@ -596,6 +603,7 @@ func TestStreamingLargeOutboxTransaction(t *testing.T) {
 // subtransaction, stream to the temporary slot's session and are replayed
 // by commit-LSN range exactly.
 func TestReplayStreamedTransactions(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t, smallWorkMem)
@@ -682,6 +690,7 @@ func TestReplayStreamedTransactions(t *testing.T) {
 // version 1 (the server keeps it, as without streaming), and the next
 // transaction after it too: a full spool no longer stops walbox for good.
 func TestStreamingSpoolFullFallsBackToProtocol1(t *testing.T) {
+	parallel(t)
 	e := startEnvWith(t, 200*time.Millisecond, func(c *pipeline.Config) {
 		c.SpoolDir = t.TempDir()
 		c.SpoolMaxBytes = 64 << 10

@@ -34,6 +34,7 @@ func outboxMessage(ev outboxtest.Event) string {
 // top-level xid, not the subtransaction's, so the xid alone cannot tell it
 // was rolled back; the same goes for a message in a nested savepoint.
 func TestStreamingRolledBackSubtransactionMessage(t *testing.T) {
+	parallel(t)
 	pgtest.ForEachVersion(t, func(t *testing.T, v pgtest.Version) {
 		e := startEnvWith(t, time.Second, func(c *pipeline.Config) {
 			c.SpoolDir = t.TempDir()
@@ -146,6 +147,7 @@ func TestStreamingRolledBackSubtransactionMessage(t *testing.T) {
 // TestSpoolCleanedAtStart: a start removes a dead process's spool even if
 // no transaction streams to the new one.
 func TestSpoolCleanedAtStart(t *testing.T) {
+	parallel(t)
 	dir := t.TempDir()
 	dead := filepath.Join(dir, "walbox-1-dead")
 	if err := os.MkdirAll(dead, 0o700); err != nil {
@@ -180,6 +182,7 @@ func TestSpoolCleanedAtStart(t *testing.T) {
 // exactly-once, where the transaction sent again whole with protocol
 // version 1 arrives once, without the rolled back message.
 func TestStreamingRolledBackSubtransactionMessageExactlyOnce(t *testing.T) {
+	parallel(t)
 	srv := pgtest.Start(t, smallWorkMem)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 // table.op.invalid.behavior). Before the decoder named the updated
 // relation, every update was dropped without a trace.
 func TestRelayOutboxUpdatePolicy(t *testing.T) {
+	parallel(t)
 	insert := `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'created', '{}')`
 	for _, policy := range []string{pipeline.OutboxUpdatesWarn, pipeline.OutboxUpdatesFatal} {
 		t.Run(policy, func(t *testing.T) {

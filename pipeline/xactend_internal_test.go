@@ -22,6 +22,7 @@ import (
 // blind for 5 minutes), a later epoch the previous epoch's xid ("forgotten",
 // so X passed for ended while it ran).
 func TestXactEndedNewerThanSnapshotXmax(t *testing.T) {
+	parallel(t)
 	srv := pgtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
