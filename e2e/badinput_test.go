@@ -387,6 +387,7 @@ var badRowCases = []badRowCase{
 // TestBadInputConfig: configuration mistakes stop walbox with exit code 2
 // and one line naming the option, the value and the accepted form.
 func TestBadInputConfig(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, c := range startupCases {

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/walbox/walbox/internal/childproc"
+	"github.com/walbox/walbox/internal/fulltest"
 	"github.com/walbox/walbox/internal/logbuf"
 	"github.com/walbox/walbox/internal/walboxbin"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := fulltest.Main(m, 3) // see parallel_test.go
 	walboxbin.Cleanup()
 	os.Exit(code)
 }

@@ -342,6 +342,7 @@ func TestCrashRestartLosesNothing(t *testing.T) {
 // after confirming exactly what Kafka acked, so the next start resends
 // nothing.
 func TestGracefulStopThenRestartSendsNoDuplicates(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := newFixture(t, kfakeBrokers(t))

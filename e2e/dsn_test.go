@@ -19,6 +19,7 @@ import (
 // parameter and its replication connection sets it itself. Before, walbox
 // could not use such a DSN for its slot setup.
 func TestDSNWithReplicationParameter(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pg, conn := startOutboxPostgres(ctx, t)

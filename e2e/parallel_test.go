@@ -9,10 +9,12 @@ package e2e
 // kfake cluster, its own walbox processes with their own spool directory
 // (the default one holds a directory per process) and metrics on a free port
 // (WALBOX_METRICS_ADDR=127.0.0.1:0: an empty value means the default
-// 127.0.0.1:9187), so two of them share nothing but the built binary. They
-// run `go test`'s -parallel at a time (GOMAXPROCS by default), after the
-// package's other tests; none asserts a duration, so running beside another
-// only makes it slower.
+// 127.0.0.1:9187), so two of them share nothing but the built binary. Three
+// of them run at a time in the short run (TestMain; an explicit -parallel
+// wins), after the package's other tests; none asserts a duration, so
+// running beside another only makes it slower. Three, not GOMAXPROCS (2 on
+// two cores): this package and pipeline are the short run's two longest,
+// and with two at a time this one ended last, 100 s after it started.
 //
 // Only in the short run: the full run's long suites (the fault table, the
 // SIGKILL loops) keep the machine to themselves, so their figures stay

@@ -88,6 +88,7 @@ func (c *securedConsumer) has(id string) bool {
 // naming --kafka-tls-ca-file. No output of either run holds the password,
 // although the failing run is given it on the command line.
 func TestKafkaSecurityKfake(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ca := certtest.NewCA(t, "kafka")

@@ -18,6 +18,7 @@ import (
 // slot, created on the first start, carry the events of both, and each
 // arrives once on its topic, in per-aggregate order.
 func TestSeveralOutboxTables(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	brokers := kfakeBrokers(t)

@@ -25,6 +25,7 @@ import (
 // would not even survive a failover); done as advised, walbox streams
 // every row written after it.
 func TestSlotCreatedBeforeThePublication(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t)

@@ -41,6 +41,7 @@ func spoolDirs(t *testing.T, dir string) []string {
 // the transaction again from its start, and after the commit every row
 // arrives once, in order. A SIGTERM then leaves the spool directory empty.
 func TestStreamingSIGKILLMidStream(t *testing.T) {
+	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	_, conn, brokers, env, spool := streamFixture(ctx, t)

@@ -2,15 +2,19 @@ package pipeline_test
 
 // Why some integration tests of this package call parallel(t).
 //
-// The package's run is spent waiting, not computing (about 70 CPU seconds
-// in 300 s on a loaded two-core machine): for a standby to catch up, a
-// failover, a retry interval, a consumer to see every event. The longest
-// tests that share nothing (each starts its own PostgreSQL, Kafka broker or
-// kfake cluster, registry and spool directory) and assert no duration run
-// 4 at a time (TestMain; an explicit -parallel wins), after the package's
-// other tests: 23 of them, about 100 s of waiting. Tests
-// whose point is a timing (the heartbeat's, a 1M-row transaction under
-// wal_sender_timeout = 4s) stay serial, and so do the streaming suites.
+// The package's run is spent waiting, not computing (about 55 CPU seconds
+// in a 60 s run on a two-core machine): for a standby to catch up, a
+// failover, a retry interval, a consumer to see every event. Tests that
+// share nothing (each starts its own PostgreSQL, Kafka broker or kfake
+// cluster, registry and spool directory) and assert no duration run 4 at a
+// time (TestMain; an explicit -parallel wins), after the package's other
+// tests: the integration tests, the streaming suites (each asserts from
+// pg_stat_replication_slots that its transactions streamed, which load does
+// not change) and the in-package kfake exactly-once tests
+// (parallel_internal_test.go). Go runs a package's serial tests before its
+// parallel ones, so every serial test is time the others cannot overlap:
+// what stays serial is what measures the process (the spool's heap and
+// RSS) or a timing (the heartbeat's stall).
 //
 // Only in the short run: the full run's long suites (the fault table, the
 // SIGKILL loops, the 1,000,000-row transaction) keep the machine to
