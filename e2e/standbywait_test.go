@@ -27,7 +27,6 @@ import (
 // "degraded" with the standby's slot, and "streaming" again once the slot
 // leaves the setting. Before the fix it said "streaming" throughout.
 func TestReadyzShowsAStreamHeldBackForAStandby(t *testing.T) {
-	parallel(t)
 	vs := pgtest.VersionsFrom(t, 17, "synchronized_standby_slots")
 	v := vs[len(vs)-1]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

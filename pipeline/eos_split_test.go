@@ -126,7 +126,6 @@ func TestEOSSplitsALargePostgresTransaction(t *testing.T) {
 // It used to stay in one Kafka transaction, which the broker aborted for
 // its age, on every attempt.
 func TestEOSSplitsByAge(t *testing.T) {
-	parallel(t)
 	c := eosCluster(t)
 	const timeout = time.Second
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: timeout}, 1)
@@ -304,7 +303,6 @@ func TestResumeSplit(t *testing.T) {
 // Kafka transaction open until the broker aborted it, on every session
 // after the restart too: nothing was ever committed.
 func TestEOSCommitsWholeTransactionsBeforeHalfTheTimeout(t *testing.T) {
-	parallel(t)
 	c := eosCluster(t)
 	const timeout = 800 * time.Millisecond
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: timeout}, 1)

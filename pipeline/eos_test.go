@@ -760,7 +760,6 @@ func TestEOSOwnPositionIsNotHiddenByAnotherInstancesOpenTransaction(t *testing.T
 // started"); it must restart the session from the committed position and
 // deliver the transaction then.
 func TestEOSTransactionTimeoutRestartsTheSession(t *testing.T) {
-	parallel(t)
 	c := eosCluster(t)
 	el := newEOSLoop(t, c, Config{TransactionMaxRecords: 1000, TransactionMaxInterval: time.Hour, TransactionTimeout: 300 * time.Millisecond}, 1)
 	if err := el.txnFlushed(t, 0x1000, "a1"); err != nil {

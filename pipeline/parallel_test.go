@@ -14,7 +14,12 @@ package pipeline_test
 // (parallel_internal_test.go). Go runs a package's serial tests before its
 // parallel ones, so every serial test is time the others cannot overlap:
 // what stays serial is what measures the process (the spool's heap and
-// RSS) or a timing (the heartbeat's stall).
+// RSS) or has a margin of time that load could eat: the heartbeat's stall,
+// the 1,000,000-row transaction under wal_sender_timeout = 4s (a keepalive
+// every 2 s), the kfake exactly-once tests whose commit is due within a
+// few hundred milliseconds of a transaction timeout, and the retry test
+// whose server is down for seconds (a parallel test's free port could take
+// its port before the restart).
 //
 // Only in the short run: the full run's long suites (the fault table, the
 // SIGKILL loops, the 1,000,000-row transaction) keep the machine to

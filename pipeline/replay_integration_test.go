@@ -179,7 +179,6 @@ func TestRelayReplayKeepsRowsSharingAnEventID(t *testing.T) {
 // wal_sender_timeout (4s here), and replies are requested often enough that
 // the server's answers arrive well within it.
 func TestRelaySurvivesLargeForeignTransaction(t *testing.T) {
-	parallel(t)
 	// Sized so the server needs clearly more than the 1s receive timeout to
 	// decode the UPDATE on a loaded 2-core machine (measured: see the log).
 	const rows = 1_000_000

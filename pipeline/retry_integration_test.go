@@ -32,7 +32,6 @@ import (
 // long anything took. Before the fix the sixth retry was announced with
 // retry_in=16s.
 func TestRelayRetriesFastWhileThePrimaryIsDown(t *testing.T) {
-	parallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := pgtest.Start(t)
