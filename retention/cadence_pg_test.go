@@ -54,7 +54,7 @@ func TestKeeperAdvancesOnPostgres(t *testing.T) {
 	for i := 0; i < int((w+3*bound)/interval); i++ {
 		// Heartbeats (every 10 s by default) move the live slot between
 		// any two steps, even while the outbox is quiet.
-		confirmed = e.writeOne(t)
+		confirmed = e.writeRows(t, 1)
 		e.confirmLive(t, confirmed)
 		times, lsns = append(times, now), append(lsns, confirmed)
 		if err := k.StepOn(ctxT(t), conn); err != nil {

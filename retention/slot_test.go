@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,10 +86,17 @@ func (e env) confirmed(t *testing.T, slot string) pglogrepl.LSN {
 	return lsn
 }
 
-// write commits a transaction and returns the WAL position after it.
-func (e env) write(t *testing.T) pglogrepl.LSN {
+// write commits a transaction of 100 rows and returns the WAL position
+// after it.
+func (e env) write(t *testing.T) pglogrepl.LSN { return e.writeRows(t, 100) }
+
+// writeRows commits a transaction of n rows and returns the WAL position
+// after it. Loops of many steps write one row a step: each slot advance
+// decodes what was written since the last, and a hundred rows a step made
+// TestKeeperAdvancesOnPostgres's 1,460 steps take 12.5 s instead of 3.7.
+func (e env) writeRows(t *testing.T, n int) pglogrepl.LSN {
 	t.Helper()
-	e.exec(t, `INSERT INTO w SELECT generate_series(1, 100)`)
+	e.exec(t, `INSERT INTO w SELECT generate_series(1, `+strconv.Itoa(n)+`)`)
 	var s string
 	if err := e.conn.QueryRow(ctxT(t), `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
 		t.Fatal(err)
@@ -362,19 +370,4 @@ func testMaxSlotWALKeepSize(t *testing.T, srv *pgtest.Server) {
 	if err != nil || !created || info.ConfirmedFlushLSN != e.confirmed(t, e.live) {
 		t.Fatalf("EnsureSlot after the drop: created %t at %s, %v; want a new copy of the live slot", created, info.ConfirmedFlushLSN, err)
 	}
-}
-
-// writeOne is write with a one-row transaction, for loops of many steps:
-// each slot advance decodes what was written since the last, and a
-// hundred rows a step made TestKeeperAdvancesOnPostgres's 1,460 steps take
-// 12 s instead of 4.
-func (e env) writeOne(t *testing.T) pglogrepl.LSN {
-	t.Helper()
-	e.exec(t, `INSERT INTO w VALUES (1)`)
-	var s string
-	if err := e.conn.QueryRow(ctxT(t), `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	lsn, _ := pglogrepl.ParseLSN(s)
-	return lsn
 }
