@@ -55,10 +55,38 @@ func imageTools(t *testing.T) string {
 	return podman
 }
 
-// podman runs podman with podmanArgs and args, and returns its stdout.
-func podman(ctx context.Context, t *testing.T, args ...string) (string, error) {
+// imageStore is a container storage of the test's own, in a temporary
+// directory: build.sh's buildah keeps the image there and podman its
+// containers and its state database, not in the host's
+// /var/lib/containers. A host whose default storage some other use of
+// podman set up first (podman then refuses the vfs driver: "database
+// storage graph driver "" does not match our storage graph driver "vfs":
+// database configuration mismatch"), or that holds a leftover image or
+// container of the same name, cannot fail or mislead the test.
+type imageStore struct {
+	env  []string // CONTAINERS_STORAGE_CONF, for buildah and podman
+	args []string // podman's global options: the store's paths and podmanArgs
+}
+
+func newImageStore(t *testing.T) imageStore {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "podman", append(append([]string(nil), podmanArgs...), args...)...)
+	dir := t.TempDir()
+	root, run, tmp := filepath.Join(dir, "root"), filepath.Join(dir, "run"), filepath.Join(dir, "tmp")
+	conf := filepath.Join(dir, "storage.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("[storage]\ndriver = \"vfs\"\ngraphroot = %q\nrunroot = %q\n", root, run)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return imageStore{
+		env:  []string{"CONTAINERS_STORAGE_CONF=" + conf, "STORAGE_DRIVER=vfs"},
+		args: append([]string{"--root", root, "--runroot", run, "--tmpdir", tmp}, podmanArgs...),
+	}
+}
+
+// podman runs podman on the store with args, and returns its stdout.
+func (st imageStore) podman(ctx context.Context, t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "podman", append(append([]string(nil), st.args...), args...)...)
+	cmd.Env = append(os.Environ(), st.env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -105,21 +133,22 @@ func TestImage(t *testing.T) {
 	const wantVersion = "v0.0.0-e2e"
 	build := exec.CommandContext(ctx, "deploy/image/build.sh")
 	build.Dir = ".."
-	build.Env = append(os.Environ(), "IMAGE="+image, "VERSION="+wantVersion)
+	store := newImageStore(t)
+	build.Env = append(append(os.Environ(), store.env...), "IMAGE="+image, "VERSION="+wantVersion)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/image/build.sh: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
-		if _, err := podman(context.Background(), t, "rmi", "--force", image); err != nil {
+		if _, err := store.podman(context.Background(), t, "rmi", "--force", image); err != nil {
 			t.Logf("remove the image: %v", err)
 		}
 	})
-	if out, err := podman(ctx, t, "image", "inspect", "--format", "{{.Size}}", image); err == nil {
+	if out, err := store.podman(ctx, t, "image", "inspect", "--format", "{{.Size}}", image); err == nil {
 		t.Logf("image %s: %s bytes", image, strings.TrimSpace(out))
 	}
 
 	for _, bin := range []string{"walbox", "slotctl"} {
-		out, err := podman(ctx, t, append(append([]string(nil), podmanRun...), "--rm", "--entrypoint", "/usr/local/bin/"+bin, image, "--version")...)
+		out, err := store.podman(ctx, t, append(append([]string(nil), podmanRun...), "--rm", "--entrypoint", "/usr/local/bin/"+bin, image, "--version")...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,23 +219,23 @@ func TestImage(t *testing.T) {
 		"-e", "WALBOX_KAFKA_BROKERS="+strings.Join(e.brokers, ","),
 		"-e", "WALBOX_METRICS_ADDR="+metricsAddr,
 		image) // CMD: run
-	if _, err := podman(ctx, t, runArgs...); err != nil {
+	if _, err := store.podman(ctx, t, runArgs...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs, _ := podman(context.Background(), t, "logs", name)
+			logs, _ := store.podman(context.Background(), t, "logs", name)
 			t.Logf("container logs:\n%s", tail(logs, 8000))
 		}
-		_, _ = podman(context.Background(), t, "rm", "--force", "--time", "0", name)
+		_, _ = store.podman(context.Background(), t, "rm", "--force", "--time", "0", name)
 	})
 	running := func() bool {
-		out, err := podman(ctx, t, "inspect", "--format", "{{.State.Running}}", name)
+		out, err := store.podman(ctx, t, "inspect", "--format", "{{.State.Running}}", name)
 		return err == nil && strings.TrimSpace(out) == "true"
 	}
 
 	// uid 65532, PID 1 of its namespace: read from the host's /proc.
-	out, err := podman(ctx, t, "inspect", "--format", "{{.State.Pid}}", name)
+	out, err := store.podman(ctx, t, "inspect", "--format", "{{.State.Pid}}", name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,12 +323,12 @@ func TestImage(t *testing.T) {
 	confirmedBefore := e.confirmedLSN(t)
 
 	// SIGTERM to PID 1, as `podman stop`, `docker stop` and the kubelet do.
-	if _, err := podman(ctx, t, "kill", "--signal", "TERM", name); err != nil {
+	if _, err := store.podman(ctx, t, "kill", "--signal", "TERM", name); err != nil {
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
-	out, err = podman(wctx, t, "wait", name)
+	out, err = store.podman(wctx, t, "wait", name)
 	if err != nil {
 		t.Fatalf("walbox did not exit after SIGTERM: %v", err)
 	}
