@@ -248,16 +248,9 @@ func testStreamingAborts(t *testing.T, opts ...func(*pgtest.Options)) {
 		t.Fatal(err)
 	}
 	defer consumer.Close()
-	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
-		for _, g := range got {
-			if g.Headers["event_id"] == last[0].ID {
-				return true
-			}
-		}
-		return false
-	})
+	got, err := consumer.ReadUntil(ctx, outboxtest.AllOf(written))
 	if err != nil {
-		t.Fatalf("consume: %v", err)
+		t.Fatalf("consume: %v; %v", err, outboxtest.Check(written, got))
 	}
 	rep := outboxtest.Check(written, got)
 	if !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 || len(got) != len(written) {
@@ -712,16 +705,9 @@ func TestStreamingSpoolFullFallsBackToProtocol1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer consumer.Close()
-	got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
-		for _, g := range got {
-			if g.Headers["event_id"] == last[0].ID {
-				return true
-			}
-		}
-		return false
-	})
+	got, err := consumer.ReadUntil(ctx, outboxtest.AllOf(written))
 	if err != nil {
-		t.Fatalf("consume: %v", err)
+		t.Fatalf("consume: %v; %v", err, outboxtest.Check(written, got))
 	}
 	if rep := outboxtest.Check(written, got); !rep.OK() || rep.Delivered != len(written) || rep.Duplicates != 0 {
 		t.Fatalf("delivery: %v, %d records for %d events", rep, len(got), len(written))

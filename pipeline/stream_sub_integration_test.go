@@ -109,16 +109,9 @@ func TestStreamingRolledBackSubtransactionMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer consumer.Close()
-		got, err := consumer.ReadUntil(ctx, func(got []outboxtest.Received) bool {
-			for _, g := range got {
-				if g.Headers["event_id"] == last[0].ID {
-					return true
-				}
-			}
-			return false
-		})
+		got, err := consumer.ReadUntil(ctx, outboxtest.AllOf(written))
 		if err != nil {
-			t.Fatalf("consume: %v", err)
+			t.Fatalf("consume: %v; %v", err, outboxtest.Check(written, got))
 		}
 		for _, g := range got {
 			if id := g.Headers["event_id"]; id == msgDropped[0].ID || id == nestedMsg[0].ID || id == msgDropped2[0].ID {
